@@ -1,0 +1,133 @@
+"""The on-disk formats: the contract between converters (writers) and stores (readers).
+
+A record is the encoded image, its label, its (height, width) and its source path
+relative to the packed folder. Per-record metadata lives in four columns shared by
+both formats; the data-set metadata is one JSON object. No pickle anywhere.
+
+LMDB (one file, ``subdir=False``)::
+
+    feedline/meta               JSON (see ``make_meta``)
+    feedline/col/labels         int64[n]      little endian
+    feedline/col/sizes          int32[n, 2]   (height, width)
+    feedline/col/path_offsets   int64[n + 1]
+    feedline/col/path_bytes     uint8[...]    UTF-8 paths, concatenated
+    img/0000000000 ...          encoded image of record i (``image_key(i)``)
+    feedline/journal/00000000   only in an unfinished pack: resume bookkeeping
+
+HDF5::
+
+    attrs["meta"]               the same JSON
+    images                      uint8[total], contiguous, uncompressed (memory-mappable)
+    offsets                     int64[n + 1]  record i is images[offsets[i]:offsets[i+1]]
+    labels, sizes, path_offsets, path_bytes   the four columns as datasets
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import StoreError
+
+FORMAT_NAME = "feedline"
+FORMAT_VERSION = 1
+
+LMDB_META_KEY = b"feedline/meta"
+LMDB_COLUMN_PREFIX = b"feedline/col/"
+LMDB_JOURNAL_PREFIX = b"feedline/journal/"
+LMDB_IMAGE_PREFIX = b"img/"
+COLUMN_NAMES = ("labels", "sizes", "path_offsets", "path_bytes")
+COLUMN_DTYPES = {"labels": "<i8", "sizes": "<i4", "path_offsets": "<i8", "path_bytes": "u1"}
+
+HDF5_META_ATTR = "meta"
+HDF5_IMAGES = "images"
+HDF5_OFFSETS = "offsets"
+
+
+def image_key(index: int) -> bytes:
+    return LMDB_IMAGE_PREFIX + b"%010d" % index
+
+
+def journal_key(chunk: int) -> bytes:
+    return LMDB_JOURNAL_PREFIX + b"%08d" % chunk
+
+
+@dataclass
+class Columns:
+    """Per-record metadata as flat arrays: cheap to open, no per-record objects."""
+
+    labels: np.ndarray        # int64 (n,)
+    sizes: np.ndarray         # int32 (n, 2): height, width
+    path_offsets: np.ndarray  # int64 (n + 1,)
+    path_bytes: np.ndarray    # uint8, UTF-8
+
+    @classmethod
+    def from_lists(cls, labels, sizes, paths) -> "Columns":
+        encoded = [p.encode("utf-8") for p in paths]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(e) for e in encoded], out=offsets[1:])
+        return cls(
+            labels=np.asarray(labels, dtype=np.int64).reshape(-1),
+            sizes=np.asarray(sizes, dtype=np.int32).reshape(-1, 2),
+            path_offsets=offsets,
+            path_bytes=np.frombuffer(b"".join(encoded), dtype=np.uint8),
+        )
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def path(self, index: int) -> str:
+        start, end = self.path_offsets[index], self.path_offsets[index + 1]
+        return self.path_bytes[start:end].tobytes().decode("utf-8")
+
+    def to_bytes(self) -> dict[str, bytes]:
+        return {name: np.ascontiguousarray(getattr(self, name), dtype=COLUMN_DTYPES[name]).tobytes()
+                for name in COLUMN_NAMES}
+
+    @classmethod
+    def from_buffers(cls, buffers: dict, count: int, where: str) -> "Columns":
+        """Columns from raw buffers (LMDB values or HDF5 arrays), checked against ``count``."""
+        arrays = {name: np.frombuffer(buffers[name], dtype=COLUMN_DTYPES[name]) for name in COLUMN_NAMES}
+        cols = cls(labels=arrays["labels"], sizes=arrays["sizes"].reshape(-1, 2),
+                   path_offsets=arrays["path_offsets"], path_bytes=arrays["path_bytes"])
+        if (len(cols.labels) != count or len(cols.sizes) != count
+                or len(cols.path_offsets) != count + 1):
+            raise StoreError(f"{where}: column lengths disagree with the record count {count}; "
+                             "the file is damaged. Pack it again.")
+        return cols
+
+
+def make_meta(*, count: int, classes: list[str], pack_options: dict, source: str,
+              created: str, feedline_version: str) -> dict:
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "count": count,
+        "classes": list(classes),
+        "pack_options": pack_options,
+        "source": source,
+        "created": created,
+        "feedline_version": feedline_version,
+    }
+
+
+def meta_to_bytes(meta: dict) -> bytes:
+    return json.dumps(meta, sort_keys=True).encode("utf-8")
+
+
+def parse_meta(raw: bytes | str, where: str) -> dict:
+    """Parse and check data-set metadata; a clear StoreError for anything else."""
+    try:
+        meta = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StoreError(f"{where}: metadata is not valid JSON ({exc}); not a feedline store") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise StoreError(f"{where}: not a feedline store (no feedline metadata)")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise StoreError(f"{where}: format version {version} is newer than this feedline "
+                         f"understands ({FORMAT_VERSION}); upgrade feedline: pip install -U feedline")
+    if not isinstance(meta.get("count"), int) or not isinstance(meta.get("classes"), list):
+        raise StoreError(f"{where}: metadata lacks count or classes; the file is damaged")
+    return meta

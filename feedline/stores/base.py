@@ -1,0 +1,66 @@
+"""The Store interface: random access to the records of a data set."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from ..format import Columns
+
+
+class Store(ABC):
+    """Random access to records: encoded bytes, label, (height, width), source path.
+
+    Thread-safe: many threads may call ``read`` at once, with no global lock on the
+    read path. Fork-safe: a store opened before a fork reopens its handles in the child.
+    """
+
+    filename: str   # the file or folder the store was opened from
+    kind: str       # "lmdb", "hdf5" or "folder"
+    classes: list[str]
+    meta: dict
+    columns: Columns
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+    @abstractmethod
+    def read(self, index: int):
+        """The encoded image of record ``index`` as a bytes-like object (buffer protocol)."""
+
+    def label(self, index: int) -> int:
+        return int(self.columns.labels[self._check(index)])
+
+    def size(self, index: int) -> tuple[int, int]:
+        h, w = self.columns.sizes[self._check(index)]
+        return int(h), int(w)
+
+    def path(self, index: int) -> str:
+        """Source path of record ``index``, relative to the packed folder."""
+        return self.columns.path(self._check(index))
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.columns.labels
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.columns.sizes
+
+    def _check(self, index: int) -> int:
+        n = len(self.columns)
+        if not -n <= index < n:
+            raise IndexError(f"{self.filename}: record {index} out of range (0..{n - 1})")
+        return index % n if index < 0 else index
+
+    def close(self) -> None:
+        """Release file handles. Reading after close reopens them."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.filename!r}: {len(self)} records, {len(self.classes)} classes>"

@@ -1,0 +1,58 @@
+"""A plain image folder read as a store: no packing, no checks, files as they are."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from PIL import Image
+
+from ..errors import StoreError
+from ..format import Columns
+from ..scan import scan_folder
+from .base import Store
+
+
+class FolderStore(Store):
+    """Scans the folder once at open (names only, no image is read). Sizes are read
+    from the image headers on first use of ``size``/``sizes``. Packed files are the
+    fast path; a folder is for trying feedline before packing."""
+
+    kind = "folder"
+
+    def __init__(self, root: str, labels_csv: str | None = None):
+        scan = scan_folder(root, labels_csv)
+        self.filename = scan.root
+        self.classes = scan.classes
+        self.meta = {"format": "folder", "count": len(scan.paths), "classes": scan.classes}
+        self.columns = Columns.from_lists(scan.labels, np.full((len(scan.paths), 2), -1), scan.paths)
+        self._sizes_known = np.zeros(len(scan.paths), dtype=bool)
+
+    def _file(self, index: int) -> str:
+        return os.path.join(self.filename, self.columns.path(index))
+
+    def read(self, index: int) -> bytes:
+        path = self._file(self._check(index))
+        try:
+            with open(path, "rb") as fh:
+                return fh.read()
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
+
+    def size(self, index: int) -> tuple[int, int]:
+        i = self._check(index)
+        if not self._sizes_known[i]:
+            try:
+                with Image.open(self._file(i)) as im:
+                    w, h = im.size
+            except (OSError, Image.DecompressionBombError) as exc:
+                raise StoreError(f"{self._file(i)}: cannot read the image header ({exc})") from None
+            self.columns.sizes[i] = (h, w)
+            self._sizes_known[i] = True
+        h, w = self.columns.sizes[i]
+        return int(h), int(w)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        for i in np.flatnonzero(~self._sizes_known):
+            self.size(int(i))
+        return self.columns.sizes
