@@ -1,0 +1,31 @@
+"""Which samples an epoch visits, in which order, on which rank: pure functions."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """A permutation of range(n) from (seed, epoch) alone, or range(n) without shuffle."""
+    if not shuffle:
+        return np.arange(n, dtype=np.int64)
+    return np.random.Generator(np.random.PCG64([seed, epoch])).permutation(n).astype(np.int64)
+
+
+def shard(order: np.ndarray, rank: int, world_size: int) -> np.ndarray:
+    """This rank's share, as DistributedSampler: pad by wrapping to a multiple of
+    world_size, then take every world_size-th sample. Every rank gets the same count,
+    so DDP never waits on a rank that ran out of data."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
+    if world_size == 1:
+        return order
+    per_rank = math.ceil(len(order) / world_size)
+    total = per_rank * world_size
+    padded = np.resize(order, total)  # np.resize repeats the array: wrap-around padding
+    return padded[rank:total:world_size]
+
+
+def batch_count(samples: int, batch_size: int, drop_last: bool) -> int:
+    return samples // batch_size if drop_last else math.ceil(samples / batch_size)
