@@ -1,0 +1,118 @@
+"""From a filled uint8 N x H x W x 3 slot to the tensor the training step consumes.
+
+``CudaPrefetcher`` copies the pinned slot to the GPU on a side stream, converts and
+normalizes it there and hands it over with an event, so the copy of batch k+1
+overlaps the step on batch k. ``CpuFinisher`` does the same work on the host.
+Both return N x C x H x W in channels_last memory: the NHWC buffer seen as NCHW.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .plan import OutputSpec
+
+
+def _normalizer(output: OutputSpec, device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(scale, bias) with x * scale + bias == (x / 255 - mean) / std, or None for uint8 output."""
+    if output.mean is None:
+        return None
+    mean = torch.tensor(output.mean, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(output.std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+    return 1.0 / (255.0 * std), -mean / std
+
+
+def convert(images_nhwc: torch.Tensor, output: OutputSpec, norm) -> torch.Tensor:
+    """uint8 NHWC -> NCHW in output.dtype, normalized; a new tensor, never a view of the input."""
+    x = images_nhwc.permute(0, 3, 1, 2)  # NCHW view whose memory is channels_last
+    if norm is None:
+        y = x.clone(memory_format=torch.channels_last if output.channels_last else torch.contiguous_format)
+        return y
+    scale, bias = norm
+    y = torch.empty(x.shape, dtype=torch.float32, device=x.device,
+                    memory_format=torch.channels_last if output.channels_last else torch.contiguous_format)
+    torch.mul(x, scale, out=y)  # computed in float32, then cast: bf16 loses no more than its own rounding
+    y.add_(bias)
+    dtype = output.dtype or torch.float32
+    return y if dtype == torch.float32 else y.to(dtype)
+
+
+@dataclass
+class Pending:
+    images: torch.Tensor
+    labels: torch.Tensor
+    slot: int
+    copied: object = None   # torch.cuda.Event: the pinned slot may be refilled after it
+    ready: object = None    # torch.cuda.Event: the batch is complete on the side stream
+
+
+class CpuFinisher:
+    """Converts on the host; the slot is free again as soon as ``submit`` returns."""
+
+    def __init__(self, output: OutputSpec):
+        self.output = output
+        self._norm = _normalizer(output, "cpu")
+
+    def submit(self, images: torch.Tensor, labels: torch.Tensor, slot: int) -> Pending:
+        return Pending(convert(images, self.output, self._norm), labels.clone(), slot)
+
+    def copied(self, pending: Pending) -> bool:
+        return True
+
+    def wait_copied(self, pending: Pending) -> None:
+        pass
+
+    def finish(self, pending: Pending):
+        return pending.images, pending.labels
+
+
+class CudaPrefetcher:
+    """Copy and normalize on a side stream; the consumer's stream waits on an event."""
+
+    def __init__(self, output: OutputSpec):
+        self.output = output
+        self.device = torch.device(output.device)
+        self.stream = torch.cuda.Stream(device=self.device)
+        self._norm = _normalizer(output, self.device)  # created on the device once
+
+    def submit(self, images: torch.Tensor, labels: torch.Tensor, slot: int) -> Pending:
+        # The side stream must not start before work the consumer queued on its stream
+        # (e.g. freeing memory the allocator hands us) is ordered.
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            images_gpu = images.to(self.device, non_blocking=True)
+            labels_gpu = labels.to(self.device, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record(self.stream)
+            out = convert(images_gpu, self.output, self._norm)
+            ready = torch.cuda.Event()
+            ready.record(self.stream)
+        return Pending(out, labels_gpu, slot, copied, ready)
+
+    def copied(self, pending: Pending) -> bool:
+        return pending.copied.query()
+
+    def wait_copied(self, pending: Pending) -> None:
+        pending.copied.synchronize()
+
+    def finish(self, pending: Pending):
+        current = torch.cuda.current_stream(self.device)
+        current.wait_event(pending.ready)
+        # Made on the side stream, used on the consumer's: keep the allocator from
+        # reusing the memory before the consumer's work on it is done.
+        pending.images.record_stream(current)
+        pending.labels.record_stream(current)
+        return pending.images, pending.labels
+
+
+def make_finisher(output: OutputSpec):
+    return CudaPrefetcher(output) if str(output.device).startswith("cuda") else CpuFinisher(output)
+
+
+def timed(stats, fn, *args):
+    t0 = time.perf_counter()
+    result = fn(*args)
+    stats.add(copy_s=time.perf_counter() - t0)
+    return result

@@ -1,0 +1,220 @@
+import gc
+import shutil
+import threading
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from feedline import DecodeError, FeedLoader, open_dataset
+from feedline.config import IMAGENET_MEAN, IMAGENET_STD
+from feedline.pipeline.plan import EpochPlan
+
+
+def decode_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("feedline-decode")]
+
+
+def reference_batches(loader, epoch):
+    """The batches FeedLoader should produce, built with PIL and numpy alone."""
+    c = loader.config
+    store = loader.store
+    plan = EpochPlan(c.augment, c.seed, epoch, c.shuffle, c.batch_size, c.drop_last, c.rank, c.world_size)
+    h, w = c.augment.size
+    for batch in plan.batches(store.labels, store.sizes):
+        images = []
+        for index, (top, left, bh, bw), flip in zip(batch.indices, batch.boxes, batch.flips):
+            img = Image.open(store.filename + "/" + store.path(index)) if store.kind == "folder" else \
+                Image.open(__import__("io").BytesIO(bytes(store.read(index))))
+            img = img.convert("RGB").crop((left, top, left + bw, top + bh)).resize((w, h), Image.BILINEAR)
+            if flip:
+                img = img.transpose(Image.FLIP_LEFT_RIGHT)
+            images.append(np.asarray(img))
+        x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 255
+        mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
+        std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+        yield (x - mean) / std, torch.from_numpy(batch.labels)
+
+
+def collect(loader, epochs=None):
+    return [(x.clone(), y.clone()) for x, y in loader]
+
+
+@pytest.fixture(params=["folder", "lmdb"])
+def source(request, photo_folder):
+    if request.param == "folder":
+        return str(photo_folder)
+    return str(request.getfixturevalue("packed_lmdb"))
+
+
+@pytest.mark.parametrize("decoder", ["turbojpeg", "opencv", "pil"])
+def test_output_matches_a_pil_reference(source, decoder):
+    loader = FeedLoader(source, batch_size=8, shuffle=True, train=True, size=64, decoder=decoder,
+                        num_threads=2, device="cpu", seed=3)
+    got = collect(loader)
+    ref = list(reference_batches(loader, epoch=0))
+    assert len(got) == len(ref) == len(loader) == 6
+    for (x, y), (rx, ry) in zip(got, ref):
+        assert x.shape == (8, 3, 64, 64) and x.dtype == torch.float32
+        assert x.is_contiguous(memory_format=torch.channels_last)
+        assert y.dtype == torch.int64 and torch.equal(y, ry)
+        assert (x - rx).abs().mean() < 0.08, "normalized pixels differ from the PIL reference"
+
+
+def test_eval_mode_uint8_and_dtypes(photo_folder):
+    loader = FeedLoader(str(photo_folder), batch_size=5, train=False, size=(48, 40), mean=None,
+                        decoder="turbojpeg", num_threads=1, device="cpu")
+    x, y = next(iter(loader))
+    assert x.shape == (5, 3, 48, 40) and x.dtype == torch.uint8
+    assert x.is_contiguous(memory_format=torch.channels_last)
+    ref, _ = next(reference_batches(loader, 0))
+    mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    assert (x.float() / 255 - (ref * std + mean)).abs().mean() < 0.02
+    bf = FeedLoader(str(photo_folder), batch_size=5, train=False, size=32, dtype=torch.bfloat16,
+                    channels_last=False, num_threads=1, device="cpu")
+    x, _ = next(iter(bf))
+    assert x.dtype == torch.bfloat16 and x.is_contiguous()
+    loader.close()
+    bf.close()
+
+
+def test_same_batches_for_any_thread_count_and_run(packed_lmdb):
+    runs = []
+    for threads in (1, 2, 4, 2):
+        loader = FeedLoader(str(packed_lmdb), batch_size=7, shuffle=True, size=32, num_threads=threads,
+                            device="cpu", seed=11, decoder="turbojpeg")
+        runs.append(collect(loader))
+    for run in runs[1:]:
+        assert len(run) == len(runs[0]) == 7  # 48 / 7, last batch partial
+        assert run[-1][0].shape[0] == 48 - 6 * 7
+        for (x, y), (x0, y0) in zip(run, runs[0]):
+            assert torch.equal(x, x0) and torch.equal(y, y0)
+
+
+def test_epochs_differ_and_set_epoch_repeats(packed_lmdb):
+    loader = FeedLoader(str(packed_lmdb), batch_size=16, shuffle=True, size=32, num_threads=2, device="cpu",
+                        drop_last=True)
+    e0 = collect(loader)
+    e1 = collect(loader)  # iterating again moves to the next epoch
+    assert not torch.equal(e0[0][1], e1[0][1])
+    loader.set_epoch(0)
+    again = collect(loader)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(e0, again))
+
+
+def test_resume_mid_epoch_equals_uninterrupted(packed_lmdb):
+    kwargs = dict(batch_size=6, shuffle=True, size=32, num_threads=2, device="cpu", seed=5)
+    full = FeedLoader(str(packed_lmdb), **kwargs)
+    full.set_epoch(1)
+    expected = collect(full) + collect(full)  # epoch 1, then epoch 2
+    first = FeedLoader(str(packed_lmdb), **kwargs)
+    first.set_epoch(1)
+    it = iter(first)
+    seen = [next(it) for _ in range(3)]
+    state = first.state_dict()
+    del it
+    first.close()
+    resumed = FeedLoader(str(packed_lmdb), **kwargs)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(1)  # the usual training loop calls this; it keeps the resume position
+    rest = collect(resumed) + collect(resumed)
+    got = [(x.clone(), y.clone()) for x, y in seen] + rest
+    assert len(got) == len(expected)
+    for (x, y), (ex, ey) in zip(got, expected):
+        assert torch.equal(x, ex) and torch.equal(y, ey)
+
+
+def test_resume_rejects_a_different_configuration(packed_lmdb):
+    a = FeedLoader(str(packed_lmdb), batch_size=6, size=32, device="cpu")
+    b = FeedLoader(str(packed_lmdb), batch_size=8, size=32, device="cpu")
+    with pytest.raises(ValueError, match="batch_size"):
+        b.load_state_dict(a.state_dict())
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5, 8])
+def test_ranks_get_disjoint_equal_shares(packed_lmdb, world):
+    seen, lengths = [], set()
+    for rank in range(world):
+        loader = FeedLoader(str(packed_lmdb), batch_size=4, shuffle=True, size=16, num_threads=1,
+                            device="cpu", rank=rank, world_size=world, mean=None)
+        batches = list(iter(loader))
+        lengths.add(len(batches))
+        assert len(batches) == len(loader)
+        seen.extend(torch.cat([y for _, y in batches]).tolist())
+    assert len(lengths) == 1
+    assert len(seen) == -(-48 // world) * world
+
+
+@pytest.fixture
+def folder_with_a_bad_jpeg(photo_folder, tmp_path):
+    root = tmp_path / "images"
+    shutil.copytree(photo_folder, root)
+    bad = root / "class_001" / "img_0000005.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg" * 10)
+    return root
+
+
+def test_decode_error_reaches_the_consumer_with_index_and_path(folder_with_a_bad_jpeg):
+    loader = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_threads=2, device="cpu",
+                        decoder="turbojpeg")
+    bad_index = [loader.store.path(i) for i in range(len(loader.store))].index("class_001/img_0000005.jpg")
+    with pytest.raises(DecodeError) as info:
+        collect(loader)
+    assert info.value.index == bad_index
+    assert info.value.path == "class_001/img_0000005.jpg"
+    assert "class_001/img_0000005.jpg" in str(info.value)
+    gc.collect()
+    assert decode_threads() == []
+
+
+def test_substitution_keeps_the_batch_shape(folder_with_a_bad_jpeg):
+    loader = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_threads=2, device="cpu",
+                        on_error="substitute", decoder="opencv")
+    batches = collect(loader)
+    assert all(x.shape == (4, 3, 32, 32) for x, _ in batches)
+    assert loader.stats.substituted == 1
+    again = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_threads=1, device="cpu",
+                       on_error="substitute", decoder="opencv")
+    for (x, y), (x2, y2) in zip(batches, collect(again)):
+        assert torch.equal(x, x2) and torch.equal(y, y2)  # the substitute is deterministic
+
+
+def test_no_threads_leak_after_break_or_close(packed_lmdb):
+    loader = FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_threads=3, device="cpu")
+    for _ in loader:
+        assert len(decode_threads()) == 3
+        break
+    assert decode_threads() == []
+    it = iter(loader)
+    next(it)
+    loader.close()
+    assert decode_threads() == []
+    with FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_threads=2, device="cpu") as ctx:
+        next(iter(ctx))
+    gc.collect()
+    assert decode_threads() == []
+
+
+def test_len_stats_and_dataloader_arguments(packed_lmdb):
+    loader = FeedLoader(str(packed_lmdb), batch_size=10, size=32, device="cpu", num_workers=2,
+                        pin_memory=False, persistent_workers=True, drop_last=True)
+    assert loader.config.num_threads == 2
+    assert len(loader) == 4
+    n = sum(len(y) for _, y in loader)
+    assert n == 40
+    stats = loader.stats.as_dict()
+    assert stats["images"] == 40 and stats["batches"] == 4 and stats["images_per_s"] > 0
+    assert loader.stats.decode_s > 0 and loader.stats.read_s >= 0
+    store = open_dataset(str(packed_lmdb))
+    assert len(FeedLoader(store, batch_size=10, size=32, device="cpu")) == 5
+
+
+def test_bad_arguments_are_refused(packed_lmdb):
+    with pytest.raises(ValueError):
+        FeedLoader(str(packed_lmdb), batch_size=0, device="cpu")
+    with pytest.raises(ValueError):
+        FeedLoader(str(packed_lmdb), on_error="ignore", device="cpu")
+    with pytest.raises(ValueError):
+        FeedLoader(str(packed_lmdb), decoder="nope", device="cpu")
