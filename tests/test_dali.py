@@ -1,0 +1,256 @@
+"""The DALI path: a CPU-only pipeline (device_id=None) checked against a PIL reference;
+the 'mixed' GPU path with the same checks when a GPU is present."""
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import feedline
+from feedline.augment import AugmentSpec
+from feedline.errors import BackendUnavailable, DecodeError, StoreError
+from feedline.pipeline.plan import EpochPlan, OutputSpec
+from feedline.pipeline.substitute import substitute_sample
+from feedline.sample import make_photo_folder
+
+pytestmark = pytest.mark.dali
+
+SIZE = (48, 64)  # not square: a swapped H and W shows up
+SIZES = [(160, 120), (120, 160), (200, 150), (96, 96), (240, 180), (300, 225)]
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dali") / "images"
+    make_photo_folder(str(root), n=12, classes=3, seed=7, sizes=SIZES)
+    return root
+
+
+@pytest.fixture
+def store(folder):
+    with feedline.open_dataset(folder) as s:
+        yield s
+
+
+@pytest.fixture
+def corrupt_store(folder, tmp_path):
+    """A copy of the folder whose record 4 holds garbage; sizes are read before the damage."""
+    root = tmp_path / "images"
+    shutil.copytree(folder, root)
+    s = feedline.open_dataset(root)
+    s.sizes  # noqa: B018  (FolderStore reads headers on first use)
+    (root / s.path(4)).write_bytes(b"not a jpeg " * 100)
+    yield s
+    s.close()
+
+
+def dali_batches(store, output=OutputSpec(), spec=AugmentSpec(size=SIZE), **kw):
+    from feedline.pipeline.dali_pipeline import DaliBatches
+    kw.setdefault("seed", 3)
+    return DaliBatches(store, 5, output, num_threads=2, spec=spec, **kw)
+
+
+def epoch(store, spec=AugmentSpec(size=SIZE), epoch=1, seed=3, batch_size=5):
+    plan = EpochPlan(spec, seed=seed, epoch=epoch, shuffle=True, batch_size=batch_size, drop_last=False)
+    return list(plan.batches(store.labels, store.sizes))
+
+
+def reference(store, index, box, flip, size=SIZE) -> np.ndarray:
+    """H x W x 3 float 0..255: PIL decode, crop the plan's box, bilinear resize, mirror."""
+    top, left, h, w = (int(v) for v in box)
+    with Image.open(io.BytesIO(bytes(store.read(index)))) as im:
+        crop = im.convert("RGB").crop((left, top, left + w, top + h))
+    out = np.asarray(crop.resize((size[1], size[0]), Image.BILINEAR), dtype=np.float32)
+    return out[:, ::-1] if flip else out
+
+
+def normalized(x: np.ndarray) -> np.ndarray:
+    return (x / 255.0 - np.array(MEAN, np.float32)) / np.array(STD, np.float32)
+
+
+def check_against_reference(store, plans, results, tol=0.05):
+    """Mean absolute difference per image in normalized units; a missed mirror gives > 0.2."""
+    assert len(results) == len(plans)
+    for plan, (images, labels) in zip(plans, results):
+        assert images.shape == (len(plan), 3, *SIZE)
+        assert labels.dtype == torch.int64 and labels.tolist() == plan.labels.tolist()
+        got = images.float().permute(0, 2, 3, 1).cpu().numpy()
+        for k, index in enumerate(plan.indices.tolist()):
+            want = normalized(reference(store, index, plan.boxes[k], plan.flips[k]))
+            assert np.abs(got[k] - want).mean() < tol, f"record {index}"
+
+
+def test_matches_pil_reference_in_plan_order(store):
+    plans = epoch(store)
+    assert [len(p) for p in plans] == [5, 5, 2]                 # partial last batch
+    assert plans[0].flips.any() or plans[1].flips.any()         # the mirror input is exercised
+    with dali_batches(store) as dali:
+        results = list(dali.run(plans))
+    images = results[0][0]
+    assert images.dtype == torch.float32 and images.device.type == "cpu"
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    check_against_reference(store, plans, results)
+
+
+def test_same_plans_same_pixels(store):
+    """Eval plans (center crops, no flips): two runs give identical batches, equal to the reference."""
+    plans = epoch(store, AugmentSpec(size=SIZE, train=False))   # center crops, no flips
+    with dali_batches(store) as dali:
+        first = [x.clone() for x, _ in dali.run(plans)]
+        again = [x for x, _ in dali.run(plans)]
+    for a, b in zip(first, again):
+        assert torch.equal(a, b)
+    check_against_reference(store, plans, list(zip(first, [torch.from_numpy(p.labels) for p in plans])))
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_dtypes_and_layouts(store, dtype, channels_last):
+    plans = epoch(store)[:1]
+    with dali_batches(store, OutputSpec(dtype=dtype, channels_last=channels_last)) as dali:
+        images, labels = next(dali.run(plans))
+    assert images.dtype == dtype
+    assert images.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    check_against_reference(store, plans, [(images, labels)], tol=0.06)
+
+
+def test_uint8_without_normalization(store):
+    plans = epoch(store)
+    with dali_batches(store, OutputSpec(mean=None, std=None)) as dali:
+        results = list(dali.run(plans))
+    for plan, (images, _) in zip(plans, results):
+        assert images.dtype == torch.uint8
+        assert images.is_contiguous(memory_format=torch.channels_last)
+        got = images.permute(0, 2, 3, 1).numpy().astype(np.float32)
+        for k, index in enumerate(plan.indices.tolist()):
+            assert np.abs(got[k] - reference(store, index, plan.boxes[k], plan.flips[k])).mean() < 2
+
+
+def test_interrupted_run_then_a_new_run(store):
+    plans = epoch(store)
+    with dali_batches(store) as dali:
+        full = [x.clone() for x, _ in dali.run(plans)]
+        it = dali.run(plans)
+        next(it)
+        it.close()                                  # abandoned with batches in flight
+        again = [x for x, _ in dali.run(plans)]
+        restarted = dali.run(plans)
+        next(restarted)
+        resumed = [x for x, _ in dali.run(plans[1:])]   # a new run ends the open one
+    assert all(torch.equal(a, b) for a, b in zip(full, again))
+    assert all(torch.equal(a, b) for a, b in zip(full[1:], resumed))
+
+
+def test_corrupt_record_raises_with_index_and_path(corrupt_store):
+    plans = epoch(corrupt_store)
+    bad_batch = next(n for n, p in enumerate(plans) if 4 in p.indices)
+    delivered = 0
+    with dali_batches(corrupt_store) as dali:
+        with pytest.raises(DecodeError) as info:
+            for _ in dali.run(plans):
+                delivered += 1
+    assert info.value.index == 4 and info.value.path == corrupt_store.path(4)
+    assert corrupt_store.path(4) in str(info.value)
+    assert delivered <= bad_batch
+
+
+def test_record_smaller_than_the_store_says(folder, tmp_path):
+    """DALI reports a crop window outside the image; the check names the record and the sizes."""
+    root = tmp_path / "images"
+    shutil.copytree(folder, root)
+    with feedline.open_dataset(root) as s:
+        plans = epoch(s)
+        ok, buf = cv2.imencode(".jpg", np.full((20, 30, 3), 128, np.uint8))
+        (root / s.path(4)).write_bytes(buf.tobytes())
+        with dali_batches(s) as dali, pytest.raises(DecodeError, match="20x30") as info:
+            list(dali.run(plans))
+    assert info.value.index == 4
+
+
+def test_corrupt_record_substituted(corrupt_store):
+    spec = AugmentSpec(size=SIZE)
+    plans = epoch(corrupt_store, spec)
+    with dali_batches(corrupt_store, on_error="substitute") as dali:
+        results = list(dali.run(plans))
+        assert dali.substituted == 1
+        second = list(dali.run(epoch(corrupt_store, spec, epoch=2)))   # known bad: no rebuild needed
+        assert dali.substituted == 2
+    assert [len(x) for x, _ in results] == [len(p) for p in plans]
+    assert len(second) == len(plans)
+    n, p = next((n, p) for n, p in enumerate(plans) if 4 in p.indices)
+    k = p.indices.tolist().index(4)
+    sub, box, flip = substitute_sample(spec, 3, 1, 4, 0, corrupt_store.sizes)
+    images, labels = results[n]
+    assert labels[k] == corrupt_store.labels[sub]
+    want = normalized(reference(corrupt_store, sub, box, flip))
+    assert np.abs(images[k].permute(1, 2, 0).numpy() - want).mean() < 0.1
+    rest = [j for j in range(len(p)) if j != k]
+    assert labels[rest].tolist() == p.labels[rest].tolist()
+
+
+def test_close_twice_and_run_after_close(store):
+    dali = dali_batches(store)
+    next(dali.run(epoch(store)))
+    dali.close()
+    dali.close()
+    with pytest.raises(RuntimeError):
+        dali.run(epoch(store))
+
+
+def test_unreadable_record(folder, tmp_path):
+    root = tmp_path / "images"
+    shutil.copytree(folder, root)
+    with feedline.open_dataset(root) as s:
+        plans = epoch(s)
+        (root / s.path(6)).unlink()
+        with dali_batches(s) as dali, pytest.raises(DecodeError, match=s.path(6)) as info:
+            list(dali.run(plans))
+        assert info.value.index == 6 and isinstance(info.value.__cause__, StoreError)
+        with dali_batches(s, on_error="substitute") as dali:
+            assert [len(x) for x, _ in dali.run(plans)] == [len(p) for p in plans]
+            assert dali.substituted == 1
+
+
+def test_rejects_inconsistent_options(store):
+    with pytest.raises(ValueError, match="device_id"):
+        dali_batches(store, OutputSpec(device="cuda:0"))
+    with pytest.raises(ValueError, match="uint8"):
+        dali_batches(store, OutputSpec(dtype=torch.uint8))
+    with pytest.raises(ValueError, match="spec"):
+        dali_batches(store, spec=None, size=SIZE, on_error="substitute")
+    with pytest.raises(ValueError, match="on_error"):
+        dali_batches(store, on_error="ignore")
+
+
+def test_missing_dali_is_backend_unavailable(monkeypatch):
+    from feedline.pipeline import dali_pipeline
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)
+    with pytest.raises(BackendUnavailable, match="pip install nvidia-dali-cuda120"):
+        dali_pipeline.import_dali()
+
+
+def test_importing_feedline_does_not_import_dali():
+    code = ("import sys, feedline, feedline.pipeline.dali_pipeline; "
+            "sys.exit('nvidia.dali' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+@pytest.mark.cuda
+def test_mixed_gpu_path_matches_reference(store):
+    plans = epoch(store)
+    output = OutputSpec(device="cuda:0")
+    with dali_batches(store, output, device_id=0) as dali:
+        results = list(dali.run(plans))
+    images, labels = results[0]
+    assert images.device == torch.device("cuda", 0) and labels.device == images.device
+    assert images.dtype == torch.float32 and images.is_contiguous(memory_format=torch.channels_last)
+    # nvJPEG's IDCT and the GPU resize differ slightly from libjpeg-turbo and PIL.
+    check_against_reference(store, plans, results, tol=0.1)
