@@ -10,6 +10,11 @@ _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _LMDB_MAGIC = 0xBEEFC0DE
 
 
+def _looks_like_hdf5(head: bytes) -> bool:
+    # The superblock sits at 0 or, after a user block, at 512, 1024, 2048, ...
+    return any(head.startswith(_HDF5_SIGNATURE, offset) for offset in (0, 512, 1024, 2048))
+
+
 def _looks_like_lmdb(head: bytes) -> bool:
     # LMDB's meta page 0 holds the magic number after the 16-byte page header.
     return len(head) >= 20 and int.from_bytes(head[16:20], "little") == _LMDB_MAGIC
@@ -31,7 +36,7 @@ def open_dataset(path: str | os.PathLike, labels_csv: str | None = None) -> Stor
         raise StoreError(f"{path}: no such file or folder") from None
     except OSError as exc:
         raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
-    if head.startswith(_HDF5_SIGNATURE):
+    if _looks_like_hdf5(head):
         from .hdf5_store import Hdf5Store
         return Hdf5Store(path)
     if _looks_like_lmdb(head):

@@ -1,10 +1,12 @@
 """The Store interface: random access to the records of a data set."""
 from __future__ import annotations
 
+import operator
 from abc import ABC, abstractmethod
 
 import numpy as np
 
+from ..errors import StoreError
 from ..format import Columns
 
 
@@ -47,7 +49,22 @@ class Store(ABC):
     def sizes(self) -> np.ndarray:
         return self.columns.sizes
 
+    def byte_lengths(self) -> np.ndarray:
+        """The encoded size in bytes of every record (int64), without decoding anything."""
+        return np.fromiter((len(memoryview(self.read(i))) for i in range(len(self))),
+                           dtype=np.int64, count=len(self))
+
+    def layout_problems(self) -> list[str]:
+        """Damage that opening does not look for because it costs a pass over all keys:
+        records stored beyond the count, leftovers of an unfinished pack. Empty when sound."""
+        return []
+
     def _check(self, index: int) -> int:
+        try:
+            index = operator.index(index)
+        except TypeError:
+            raise TypeError(f"{self.filename}: record index must be an integer, "
+                            f"not {type(index).__name__}") from None
         n = len(self.columns)
         if not -n <= index < n:
             raise IndexError(f"{self.filename}: record {index} out of range (0..{n - 1})")
@@ -64,3 +81,20 @@ class Store(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.filename!r}: {len(self)} records, {len(self.classes)} classes>"
+
+
+def load_columns(buffers: dict, count: int, where: str) -> Columns:
+    """Columns from raw buffers, checked well enough that ``path(i)`` cannot go astray.
+
+    Labels and sizes are not judged here: ``feedline verify`` reports those per record.
+    """
+    try:
+        cols = Columns.from_buffers(buffers, count, where)
+    except ValueError as exc:  # a buffer whose length is not a whole number of items
+        raise StoreError(f"{where}: a column is damaged ({exc}). Pack it again.") from None
+    offsets = cols.path_offsets
+    if count and (offsets[0] != 0 or offsets[-1] != len(cols.path_bytes)
+                  or bool(np.any(offsets[1:] < offsets[:-1]))):
+        raise StoreError(f"{where}: the path column is damaged (offsets out of order or past "
+                         "the end). Pack it again.")
+    return cols

@@ -6,7 +6,7 @@ import os
 import numpy as np
 from PIL import Image
 
-from ..errors import StoreError
+from ..errors import FeedlineError, StoreError
 from ..format import Columns
 from ..scan import scan_folder
 from .base import Store
@@ -20,7 +20,12 @@ class FolderStore(Store):
     kind = "folder"
 
     def __init__(self, root: str, labels_csv: str | None = None):
-        scan = scan_folder(root, labels_csv)
+        try:
+            scan = scan_folder(root, labels_csv)
+        except StoreError:
+            raise
+        except FeedlineError as exc:  # no images, an unreadable labels file: not a usable store
+            raise StoreError(str(exc)) from None
         self.filename = scan.root
         self.classes = scan.classes
         self.meta = {"format": "folder", "count": len(scan.paths), "classes": scan.classes}
@@ -50,6 +55,15 @@ class FolderStore(Store):
             self._sizes_known[i] = True
         h, w = self.columns.sizes[i]
         return int(h), int(w)
+
+    def byte_lengths(self) -> np.ndarray:
+        lengths = np.zeros(len(self), dtype=np.int64)
+        for i in range(len(self)):
+            try:
+                lengths[i] = os.path.getsize(self._file(i))
+            except OSError as exc:
+                raise StoreError(f"{self._file(i)}: cannot read ({exc.strerror})") from None
+        return lengths
 
     @property
     def sizes(self) -> np.ndarray:

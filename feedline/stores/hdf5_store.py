@@ -8,8 +8,19 @@ import h5py
 import numpy as np
 
 from ..errors import StoreError
-from ..format import COLUMN_NAMES, HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS, Columns, parse_meta
-from .base import Store
+from ..format import COLUMN_DTYPES, COLUMN_NAMES, HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS, parse_meta
+from .base import Store, load_columns
+
+
+def _meta_text(value) -> bytes | str:
+    """The metadata attribute as text, whichever way HDF5 stored the string."""
+    if isinstance(value, (str, bytes)):
+        return value
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(()).item()
+    if isinstance(value, np.void):
+        value = value.tobytes()
+    return value if isinstance(value, (str, bytes)) else str(value)
 
 
 class Hdf5Store(Store):
@@ -22,27 +33,38 @@ class Hdf5Store(Store):
         self.filename = filename
         try:
             fh = h5py.File(filename, "r")
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise StoreError(f"{filename}: cannot open as HDF5 ({exc}); truncated or not an HDF5 file") from None
         with fh:
-            if HDF5_META_ATTR not in fh.attrs:
-                raise StoreError(f"{filename}: an HDF5 file, but not a feedline store (no 'meta' attribute)")
-            self.meta = parse_meta(fh.attrs[HDF5_META_ATTR], filename)
             try:
+                if HDF5_META_ATTR not in fh.attrs:
+                    raise StoreError(f"{filename}: an HDF5 file, but not a feedline store (no 'meta' attribute)")
+                self.meta = parse_meta(_meta_text(fh.attrs[HDF5_META_ATTR]), filename)
                 images = fh[HDF5_IMAGES]
-                self.offsets = np.asarray(fh[HDF5_OFFSETS][...], dtype=np.int64)
-                buffers = {name: np.asarray(fh[name][...]) for name in COLUMN_NAMES}
+                self.offsets = np.ascontiguousarray(fh[HDF5_OFFSETS][...], dtype=np.int64).reshape(-1)
+                # Cast on read: the columns keep their documented types whatever HDF5 stored.
+                buffers = {name: np.ascontiguousarray(fh[name][...], dtype=COLUMN_DTYPES[name]).reshape(-1)
+                           for name in COLUMN_NAMES}
+                if not isinstance(images, h5py.Dataset) or images.dtype != np.uint8 or images.ndim != 1:
+                    raise StoreError(f"{filename}: the images dataset is not a flat uint8 array; "
+                                     "the file is damaged. Pack it again.")
+                self._data_offset = images.id.get_offset()
+                self._data_size = int(images.shape[0])
+                if images.chunks is not None or images.compression is not None:
+                    raise StoreError(f"{filename}: the images dataset is chunked or compressed; "
+                                     "feedline writes it contiguous. Pack it again with feedline.")
             except KeyError as exc:
                 raise StoreError(f"{filename}: dataset {exc} is missing; the file is damaged. Pack it again.") from None
-            self._data_offset = images.id.get_offset()
-            self._data_size = int(images.shape[0])
-            if images.chunks is not None or images.compression is not None:
-                raise StoreError(f"{filename}: the images dataset is chunked or compressed; "
-                                 "feedline writes it contiguous. Pack it again with feedline.")
+            except (OSError, ValueError, TypeError, AttributeError) as exc:
+                raise StoreError(f"{filename}: cannot read the HDF5 layout ({exc}); the file is damaged. "
+                                 "Pack it again.") from None
         self.classes = list(self.meta["classes"])
-        self.columns = Columns.from_buffers(buffers, self.meta["count"], filename)
-        if len(self.offsets) != len(self.columns) + 1 or (len(self.offsets) and self.offsets[-1] != self._data_size):
-            raise StoreError(f"{filename}: image offsets disagree with the data size; the file is damaged")
+        self.columns = load_columns(buffers, self.meta["count"], filename)
+        offsets = self.offsets
+        if (len(offsets) != len(self.columns) + 1 or offsets[0] < 0 or offsets[-1] != self._data_size
+                or bool(np.any(offsets[1:] < offsets[:-1]))):
+            raise StoreError(f"{filename}: image offsets disagree with the record count or the data size; "
+                             "the file is damaged. Pack it again.")
         if self._data_size and (self._data_offset is None
                                 or self._data_offset + self._data_size > os.path.getsize(filename)):
             raise StoreError(f"{filename}: the file is truncated (image data runs past its end). Pack it again.")
@@ -51,21 +73,27 @@ class Hdf5Store(Store):
     def _data(self) -> np.ndarray:
         # np.memmap keeps no state shared with the parent after a fork but the mapping
         # itself, which is read-only and safe to share.
-        if self._map is None:
+        data = self._map
+        if data is None:
             if self._data_size == 0:
-                self._map = np.zeros(0, dtype=np.uint8)
+                data = np.zeros(0, dtype=np.uint8)
             else:
-                self._map = np.memmap(self.filename, dtype=np.uint8, mode="r",
-                                      offset=self._data_offset, shape=(self._data_size,))
+                data = np.memmap(self.filename, dtype=np.uint8, mode="r",
+                                 offset=self._data_offset, shape=(self._data_size,))
                 try:
-                    self._map._mmap.madvise(mmap.MADV_RANDOM)
+                    data._mmap.madvise(mmap.MADV_RANDOM)
                 except (AttributeError, OSError):
                     pass
-        return self._map
+            # Two threads racing here each map the file once; either map serves.
+            self._map = data
+        return data
 
     def read(self, index: int):
         i = self._check(index)
         return self._data()[self.offsets[i]:self.offsets[i + 1]]
+
+    def byte_lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
 
     def close(self) -> None:
         self._map = None

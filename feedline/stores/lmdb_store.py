@@ -5,75 +5,198 @@ import os
 import threading
 
 import lmdb
+import numpy as np
 
 from ..errors import StoreError
-from ..format import COLUMN_NAMES, LMDB_COLUMN_PREFIX, LMDB_META_KEY, Columns, image_key, parse_meta
-from .base import Store
+from ..format import (COLUMN_NAMES, LMDB_COLUMN_PREFIX, LMDB_IMAGE_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY,
+                      image_key, parse_meta)
+from .base import Store, load_columns
+
+_lock = threading.Lock()        # guards _shared and every _SharedEnv; replaced in a forked child
+_pid = os.getpid()
+_shared: dict[tuple[int, int], "_SharedEnv"] = {}
+
+
+def _after_fork_in_child() -> None:
+    # The child has one thread: a lock another parent thread held at the fork would never be released.
+    global _lock, _pid
+    _lock = threading.Lock()
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _SharedEnv:
+    """One read-only Environment per data file per process, shared by every LmdbStore
+    on that file: py-lmdb refuses a second open of a file in one process, and LMDB
+    forbids using a handle inherited over a fork, so the child opens its own."""
+
+    def __init__(self, key: tuple[int, int]):
+        self.key = key
+        self.users = 0
+        self.env: lmdb.Environment | None = None
+        self.pid: int | None = None   # the process that opened env
+
+
+def _open_environment(filename: str) -> lmdb.Environment:
+    try:
+        env = lmdb.open(filename, subdir=False, readonly=True, lock=False,
+                        readahead=False, meminit=False, max_readers=1024)
+    except lmdb.Error as exc:
+        raise StoreError(f"{filename}: cannot open as LMDB ({exc}); truncated or not an LMDB file") from None
+    # LMDB maps pages past the end of a truncated file without complaint, and the
+    # first read of one kills the process with SIGBUS: check the length up front.
+    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    actual = os.path.getsize(filename)
+    if actual < needed:
+        env.close()
+        raise StoreError(f"{filename}: the file is truncated ({actual} bytes, LMDB needs {needed}). "
+                         "Pack it again.")
+    return env
 
 
 class LmdbStore(Store):
     """Reads are zero-copy: each thread keeps one read-only transaction open and
-    ``read`` returns a memoryview into the memory map, valid until ``close()``."""
+    ``read`` returns a memoryview into the memory map, valid until ``close()`` (or,
+    in a forked child, until the child's first read reopens the file)."""
 
     kind = "lmdb"
 
     def __init__(self, filename: str):
         self.filename = filename
         self._local = threading.local()
-        self._env = None
-        self._pid = None
-        self._lock = threading.Lock()
+        self._env_share: _SharedEnv | None = None
         env = self._environment()
-        with env.begin(buffers=False) as txn:
-            raw_meta = txn.get(LMDB_META_KEY)
-            if raw_meta is None:
-                raise StoreError(f"{filename}: an LMDB file, but not a feedline store (no feedline/meta key)"
-                                 + self._partial_hint())
-            self.meta = parse_meta(raw_meta, filename)
-            buffers = {}
-            for name in COLUMN_NAMES:
-                value = txn.get(LMDB_COLUMN_PREFIX + name.encode())
-                if value is None:
-                    raise StoreError(f"{filename}: column {name} is missing; the file is damaged. Pack it again.")
-                buffers[name] = value
-        self.classes = list(self.meta["classes"])
-        self.columns = Columns.from_buffers(buffers, self.meta["count"], filename)
+        try:
+            with env.begin(buffers=False) as txn:
+                raw_meta = txn.get(LMDB_META_KEY)
+                if raw_meta is None:
+                    raise StoreError(f"{filename}: an LMDB file, but not a feedline store (no feedline/meta key)"
+                                     + self._partial_hint())
+                self.meta = parse_meta(raw_meta, filename)
+                buffers = {}
+                for name in COLUMN_NAMES:
+                    value = txn.get(LMDB_COLUMN_PREFIX + name.encode())
+                    if value is None:
+                        raise StoreError(f"{filename}: column {name} is missing; the file is damaged. Pack it again.")
+                    buffers[name] = value
+            self.classes = list(self.meta["classes"])
+            self.columns = load_columns(buffers, self.meta["count"], filename)
+        except lmdb.Error as exc:
+            self.close()
+            raise StoreError(f"{filename}: the LMDB file is damaged ({exc}). Pack it again.") from None
+        except StoreError:
+            self.close()
+            raise
 
     def _partial_hint(self) -> str:
         return "" if not self.filename.endswith(".partial") else \
             " (an unfinished pack: rerun `feedline pack ... --resume`)"
 
     def _environment(self) -> lmdb.Environment:
-        # A fork copies the parent's handles; LMDB forbids using them in the child.
-        if self._env is None or self._pid != os.getpid():
-            with self._lock:
-                if self._env is None or self._pid != os.getpid():
-                    self._local = threading.local()
-                    try:
-                        self._env = lmdb.open(self.filename, subdir=False, readonly=True, lock=False,
-                                              readahead=False, meminit=False, max_readers=1024)
-                    except lmdb.Error as exc:
-                        raise StoreError(f"{self.filename}: cannot open as LMDB ({exc})") from None
-                    self._pid = os.getpid()
-        return self._env
+        share = self._env_share
+        if share is not None and share.pid == _pid:
+            return share.env
+        with _lock:
+            if self._env_share is None:
+                try:
+                    st = os.stat(self.filename)
+                except OSError as exc:
+                    raise StoreError(f"{self.filename}: cannot open ({exc.strerror})") from None
+                key = (st.st_dev, st.st_ino)
+                share = _shared.setdefault(key, _SharedEnv(key))
+                share.users += 1
+                self._env_share = share
+            share = self._env_share
+            if share.pid != _pid:
+                if share.env is not None:
+                    # Inherited over a fork: closing it only unmaps this process's copy.
+                    share.env.close()
+                    share.env = None
+                try:
+                    share.env = _open_environment(self.filename)
+                except StoreError:
+                    self._env_share = None
+                    self._release(share)
+                    raise
+                share.pid = _pid
+            return share.env
 
     def _txn(self) -> lmdb.Transaction:
         env = self._environment()
-        txn = getattr(self._local, "txn", None)
-        if txn is None:
-            txn = env.begin(buffers=True)
-            self._local.txn = txn
-        return txn
+        local = self._local
+        if getattr(local, "env", None) is not env:  # first read in this thread, or a new env after a fork
+            local.txn = env.begin(buffers=True)
+            local.env = env
+        return local.txn
 
     def read(self, index: int):
-        value = self._txn().get(image_key(self._check(index)))
+        i = self._check(index)
+        try:
+            value = self._txn().get(image_key(i))
+        except lmdb.Error as exc:
+            raise StoreError(f"{self.filename}: record {i} ({self.path(i)}) cannot be read ({exc}); "
+                             "the file is damaged. Pack it again.") from None
         if value is None:
-            raise StoreError(f"{self.filename}: record {index} is missing; the file is damaged. Pack it again.")
+            raise StoreError(f"{self.filename}: record {i} ({self.path(i)}) is missing; "
+                             "the file is damaged. Pack it again.")
         return value
 
+    def byte_lengths(self) -> np.ndarray:
+        # A lookup touches only B-tree pages: a value's length is in its leaf node.
+        txn = self._txn()
+        try:
+            return np.fromiter((len(txn.get(image_key(i), b"")) for i in range(len(self))),
+                               dtype=np.int64, count=len(self))
+        except lmdb.Error as exc:
+            raise StoreError(f"{self.filename}: cannot read the record index ({exc}); the file is damaged") from None
+
+    def layout_problems(self) -> list[str]:
+        n = len(self)
+        stored = extra = journal = 0
+        try:
+            cursor = self._txn().cursor()
+            if cursor.set_range(LMDB_IMAGE_PREFIX):
+                for key in cursor.iternext(keys=True, values=False):
+                    key = bytes(key)
+                    if not key.startswith(LMDB_IMAGE_PREFIX):
+                        break
+                    stored += 1
+                    suffix = key[len(LMDB_IMAGE_PREFIX):]
+                    if not (suffix.isdigit() and int(suffix) < n and image_key(int(suffix)) == key):
+                        extra += 1
+            if cursor.set_range(LMDB_JOURNAL_PREFIX):
+                for key in cursor.iternext(keys=True, values=False):
+                    if not bytes(key).startswith(LMDB_JOURNAL_PREFIX):
+                        break
+                    journal += 1
+        except lmdb.Error as exc:
+            return [f"cannot walk the keys ({exc}); the file is damaged"]
+        problems = []
+        if extra:
+            problems.append(f"{extra} image key(s) beyond the {n} records the metadata counts "
+                            f"({stored} image keys stored)")
+        if journal:
+            problems.append(f"{journal} pack journal key(s) left: the pack did not finish")
+        return problems
+
     def close(self) -> None:
-        with self._lock:
-            if self._env is not None and self._pid == os.getpid():
-                self._env.close()
-            self._env = None
+        with _lock:
+            share, self._env_share = self._env_share, None
             self._local = threading.local()
+            if share is not None:
+                self._release(share)
+
+    @staticmethod
+    def _release(share: _SharedEnv) -> None:
+        """Drop one user of ``share``; the last one closes the environment. Hold _lock."""
+        share.users -= 1
+        if share.users > 0:
+            return
+        if _shared.get(share.key) is share:
+            del _shared[share.key]
+        if share.env is not None:
+            share.env.close()
+            share.env = None
+        share.pid = None

@@ -1,0 +1,59 @@
+"""`feedline verify OUT`: decode every record and check it against the columns."""
+from __future__ import annotations
+
+import sys
+
+
+def _positive(text: str) -> int:
+    import argparse
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def register(subparsers) -> None:
+    from ..decoders import NAMES
+    p = subparsers.add_parser("verify", help="decode every record and check it",
+                              description="Decode every record and check that the record count, labels "
+                                          "and image sizes agree with the metadata. Exit code 0 when "
+                                          "all is well, 1 when problems were found (they are listed).")
+    p.add_argument("dataset", metavar="OUT", help="packed .lmdb or .h5 file, or an image folder")
+    p.add_argument("--jobs", "-j", type=_positive, default=None, metavar="N",
+                   help="decode threads (default: all cores)")
+    p.add_argument("--decoder", default="turbojpeg", choices=[n for n in NAMES if n != "dali"],
+                   help="decoder backend (default turbojpeg)")
+    p.add_argument("--max-listed", type=int, default=100, metavar="N",
+                   help="problems listed at most (default 100; 0 lists all)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from tqdm import tqdm
+
+    from ..verify import verify
+    bar = tqdm(desc="verify", unit="img", file=sys.stderr, disable=not sys.stderr.isatty(),
+               leave=False, delay=0.5)
+    try:
+        result = verify(args.dataset, decoder=args.decoder, jobs=args.jobs,
+                        on_progress=lambda done, total: _advance(bar, done, total))
+    finally:
+        bar.close()
+    if args.json:
+        import json
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0 if result.ok else 1
+    shown = result.problems if args.max_listed <= 0 else result.problems[:args.max_listed]
+    for problem in shown:
+        print(problem)
+    if len(shown) < len(result.problems):
+        print(f"... {len(result.problems) - len(shown):,} more problems (--max-listed 0 lists all)")
+    print(result.summary())
+    return 0 if result.ok else 1
+
+
+def _advance(bar, done: int, total: int) -> None:
+    if bar.total != total:
+        bar.total = total
+    bar.update(done - bar.n)

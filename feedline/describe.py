@@ -1,0 +1,146 @@
+"""What a data set holds, from its columns and metadata alone: nothing is decoded.
+
+``describe`` backs ``feedline info``: record and class counts, encoded bytes, the
+spread of image sizes, the format and how the file was packed.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .stores import Store, open_dataset
+
+
+@dataclass
+class SizeStats:
+    """Min, median and max of one image dimension, in pixels."""
+
+    min: int
+    median: float
+    max: int
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> "SizeStats | None":
+        if len(values) == 0:
+            return None
+        return cls(min=int(values.min()), median=float(np.median(values)), max=int(values.max()))
+
+
+@dataclass
+class ClassCount:
+    label: int
+    name: str
+    count: int
+
+
+@dataclass
+class DatasetInfo:
+    """The facts ``feedline info`` shows; ``to_dict`` is its ``--json`` output."""
+
+    filename: str
+    kind: str                        # "lmdb", "hdf5" or "folder"
+    format_version: int | None       # None for a folder
+    file_bytes: int                  # the file on disk; for a folder, its images together
+    count: int
+    classes: list[ClassCount]        # in label order
+    labels_out_of_range: int         # records whose label names no class (0 in a sound file)
+    image_bytes: int                 # encoded images together
+    mean_image_bytes: float
+    height: SizeStats | None
+    width: SizeStats | None
+    pack_options: dict = field(default_factory=dict)
+    source: str | None = None
+    created: str | None = None
+    feedline_version: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def describe(dataset: Store | str | os.PathLike) -> DatasetInfo:
+    """Describe a store, or the file or folder at a path (opened and closed here)."""
+    if isinstance(dataset, Store):
+        return _describe(dataset)
+    with open_dataset(dataset) as store:
+        return _describe(store)
+
+
+def _describe(store: Store) -> DatasetInfo:
+    meta = store.meta
+    labels = np.asarray(store.labels)
+    k = len(store.classes)
+    in_range = (labels >= 0) & (labels < k)
+    counts = np.bincount(labels[in_range], minlength=k) if k else np.zeros(0, dtype=np.int64)
+    lengths = store.byte_lengths()
+    sizes = np.asarray(store.sizes).reshape(-1, 2)
+    image_bytes = int(lengths.sum())
+    if store.kind == "folder":
+        file_bytes = image_bytes
+    else:
+        file_bytes = os.path.getsize(store.filename)
+    return DatasetInfo(
+        filename=os.path.abspath(store.filename),
+        kind=store.kind,
+        format_version=meta.get("format_version"),
+        file_bytes=file_bytes,
+        count=len(store),
+        classes=[ClassCount(label, str(name), int(n))
+                 for label, (name, n) in enumerate(zip(store.classes, counts))],
+        labels_out_of_range=int((~in_range).sum()),
+        image_bytes=image_bytes,
+        mean_image_bytes=image_bytes / len(store) if len(store) else 0.0,
+        height=SizeStats.of(sizes[:, 0]),
+        width=SizeStats.of(sizes[:, 1]),
+        pack_options=dict(meta.get("pack_options") or {}),
+        source=meta.get("source"),
+        created=meta.get("created"),
+        feedline_version=meta.get("feedline_version"),
+    )
+
+
+def human_bytes(n: float) -> str:
+    if abs(n) < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if abs(n) < 1024 or unit == "TiB":
+            break
+    return f"{n:.1f} {unit}"
+
+
+def format_info(info: DatasetInfo, max_classes: int = 20) -> str:
+    """A table for people: one fact per line, classes listed up to ``max_classes``."""
+    fmt = info.kind if info.format_version is None else f"{info.kind} (format version {info.format_version})"
+    rows = [
+        ("file", info.filename),
+        ("format", fmt),
+        ("file size", f"{human_bytes(info.file_bytes)} ({info.file_bytes:,} bytes)"),
+        ("records", f"{info.count:,}"),
+        ("classes", f"{len(info.classes):,}"),
+        ("image bytes", f"{human_bytes(info.image_bytes)} total, {human_bytes(info.mean_image_bytes)} mean"),
+    ]
+    for name, stats in (("height", info.height), ("width", info.width)):
+        if stats is not None:
+            rows.append((name, f"min {stats.min}, median {stats.median:g}, max {stats.max}"))
+    if info.labels_out_of_range:
+        rows.append(("bad labels", f"{info.labels_out_of_range:,} record(s) name no class "
+                                   "(run `feedline verify`)"))
+    if info.pack_options:
+        rows.append(("pack options", ", ".join(f"{k}={v}" for k, v in sorted(info.pack_options.items()))))
+    for name, value in (("source", info.source), ("created", info.created),
+                        ("feedline", info.feedline_version)):
+        if value is not None:
+            rows.append((name, str(value)))
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    if info.classes:
+        lines.append("")
+        shown = info.classes[:max_classes]
+        name_width = max(len("class"), *(len(c.name) for c in shown))
+        lines.append(f"  {'label':>5}  {'class':<{name_width}}  {'records':>9}")
+        lines.extend(f"  {c.label:>5}  {c.name:<{name_width}}  {c.count:>9,}" for c in shown)
+        if len(info.classes) > max_classes:
+            lines.append(f"  ... {len(info.classes) - max_classes:,} more (use --json for all)")
+    return "\n".join(lines)
