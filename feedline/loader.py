@@ -205,7 +205,7 @@ class FeedLoader:
             device_id = torch.device(device).index if device.startswith("cuda") else None
             self._pipeline = DaliBatches(self.store, c.batch_size, c.output, c.num_threads,
                                          prefetch=c.prefetch, device_id=device_id, on_error=c.on_error,
-                                         seed=c.seed, size=c.augment.size)
+                                         seed=c.seed, size=c.augment.size, spec=c.augment)
         stats = self.stats
         t0 = time.perf_counter()
         for images, labels in self._pipeline.run(plan.batches(self.store.labels, self.store.sizes, start)):

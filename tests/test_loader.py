@@ -218,3 +218,20 @@ def test_bad_arguments_are_refused(packed_lmdb):
         FeedLoader(str(packed_lmdb), on_error="ignore", device="cpu")
     with pytest.raises(ValueError):
         FeedLoader(str(packed_lmdb), decoder="nope", device="cpu")
+
+
+@pytest.mark.dali
+def test_dali_cpu_pipeline_matches_the_turbojpeg_path(source):
+    kwargs = dict(batch_size=8, shuffle=True, size=48, num_threads=2, device="cpu", seed=2)
+    with FeedLoader(source, decoder="dali", **kwargs) as dali, \
+            FeedLoader(source, decoder="turbojpeg", **kwargs) as turbo:
+        for epoch in (0, 1):
+            dali.set_epoch(epoch)
+            turbo.set_epoch(epoch)
+            pairs = list(zip(collect(dali), collect(turbo)))
+            assert len(pairs) == len(turbo) == 6
+            for (x, y), (tx, ty) in pairs:
+                assert x.shape == tx.shape and x.dtype == tx.dtype == torch.float32
+                assert x.is_contiguous(memory_format=torch.channels_last)
+                assert torch.equal(y, ty)
+                assert (x - tx).abs().mean() < 0.08

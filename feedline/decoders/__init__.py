@@ -72,7 +72,7 @@ def resolve_decoder(name: str, device: str) -> str:
 
     "auto" is "dali" on a CUDA device when DALI imports, else "turbojpeg" when it
     loads, else "opencv". An explicit name is checked: unknown -> ValueError, missing
-    library -> BackendUnavailable, "dali" off CUDA -> ValueError.
+    library -> BackendUnavailable; "dali" off CUDA runs DALI CPU-only.
     """
     _check_name(name)
     on_cuda = str(device).startswith("cuda")
@@ -82,9 +82,8 @@ def resolve_decoder(name: str, device: str) -> str:
             return "dali"
         return _first_usable(_CPU_PREFERENCE, "auto")
     if name == "dali":
-        if not on_cuda:
-            raise ValueError(f"decoder 'dali' decodes on the GPU and needs a CUDA device, got device={device!r}; "
-                             "use decoder='turbojpeg' (or 'auto') on the CPU")
+        # Off CUDA, the same DALI pipeline runs CPU-only (CPU operators): slower than
+        # turbojpeg threads, but it is how the DALI path is tested without a GPU.
         reason = _dali_reason()
         if reason is not None:
             raise BackendUnavailable(f"decoder 'dali': {reason}")

@@ -1,6 +1,7 @@
 """A plain image folder read as a store: no packing, no checks, files as they are."""
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
@@ -10,6 +11,8 @@ from ..errors import FeedlineError, StoreError
 from ..format import Columns
 from ..scan import scan_folder
 from .base import Store
+
+log = logging.getLogger(__name__)
 
 
 class FolderStore(Store):
@@ -50,7 +53,10 @@ class FolderStore(Store):
                 with Image.open(self._file(i)) as im:
                     w, h = im.size
             except (OSError, Image.DecompressionBombError) as exc:
-                raise StoreError(f"{self._file(i)}: cannot read the image header ({exc})") from None
+                # Unpacked files are unchecked: a bad one must fail when it is decoded, with
+                # its index and path (or be substituted), not when a whole epoch is planned.
+                log.debug("%s: cannot read the image header (%s); size (0, 0)", self._file(i), exc)
+                w = h = 0
             self.columns.sizes[i] = (h, w)
             self._sizes_known[i] = True
         h, w = self.columns.sizes[i]
