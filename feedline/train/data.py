@@ -1,0 +1,72 @@
+"""The trainer's data: open and check the stores, then build FeedLoaders for this rank."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..stores import Store, open_dataset
+from .config import TrainConfig, TrainError
+from .distributed import DistInfo
+
+
+@dataclass
+class Data:
+    train: Store | None
+    val: Store | None
+    num_classes: int
+
+
+def _num_classes(store: Store) -> int:
+    labels = store.labels
+    top = int(labels.max()) + 1 if len(labels) else 0
+    return max(len(store.classes), top)
+
+
+def open_data(cfg: TrainConfig, info: DistInfo) -> Data:
+    """Open TRAIN and --val and check what would otherwise fail late or silently: a batch
+    larger than one rank's share, --val without labels or with other classes than TRAIN."""
+    if cfg.train is None:  # --synthetic without data
+        return Data(None, None, cfg.num_classes or 1000)
+    train = open_dataset(cfg.train)
+    per_rank = math.ceil(len(train) / info.world_size)
+    if cfg.batch_size > per_rank:
+        where = f"{per_rank} per rank over {info.world_size} ranks" if info.distributed else "images"
+        raise TrainError(f"--batch-size {cfg.batch_size} is larger than the data set: {cfg.train} has "
+                         f"{len(train)} images ({where}); use --batch-size {per_rank} or less")
+    num_classes = _num_classes(train)
+    if cfg.num_classes is not None:
+        if cfg.num_classes < num_classes:
+            raise TrainError(f"--num-classes {cfg.num_classes} is less than the {num_classes} classes of "
+                             f"{cfg.train}; leave it out to take the count from the data")
+        num_classes = cfg.num_classes
+    val = open_dataset(cfg.val) if cfg.val is not None else None
+    if val is not None:
+        _check_val(val, train, num_classes, cfg)
+    return Data(train, val, num_classes)
+
+
+def _check_val(val: Store, train: Store, num_classes: int, cfg: TrainConfig) -> None:
+    if len(val.classes) <= 1 < len(train.classes):
+        raise TrainError(f"--val {cfg.val} has no labels (one class, {val.classes[0]!r}, for all "
+                         f"{len(val)} images); lay it out as TRAIN is, one folder per class, "
+                         "or pass a labels CSV when packing it")
+    if val.classes != train.classes:
+        extra = sorted(set(val.classes) - set(train.classes))[:3]
+        hint = f" (e.g. {', '.join(extra)} is not in TRAIN)" if extra else ""
+        raise TrainError(f"--val {cfg.val} has other classes than TRAIN {cfg.train}: {len(val.classes)} "
+                         f"vs {len(train.classes)}{hint}; both need the same class folders")
+    if len(val.labels) and int(val.labels.max()) >= num_classes:
+        raise TrainError(f"--val {cfg.val} has label {int(val.labels.max())}, beyond the "
+                         f"{num_classes} classes of TRAIN; pack both with the same classes")
+
+
+def make_loader(store: Store, cfg: TrainConfig, info: DistInfo, dtype: torch.dtype, train: bool):
+    """A FeedLoader for this rank: shuffled, augmented, dropping the last partial batch for
+    training (every step the same shape); in order, center-cropped, every image for validation."""
+    from ..loader import FeedLoader
+    return FeedLoader(store, batch_size=cfg.batch_size, shuffle=train, train=train, size=cfg.size,
+                      decoder=cfg.decoder, num_threads=cfg.threads, device=str(info.device),
+                      dtype=dtype, channels_last=cfg.channels_last, drop_last=train, seed=cfg.seed,
+                      rank=info.rank, world_size=info.world_size)

@@ -1,0 +1,162 @@
+"""The trainer's models: ResNet-18/50 (torchvision's layout, no torchvision) and a tiny CNN.
+
+Convolutions before a BatchNorm carry no bias (the BN shift replaces it). With
+``zero_init_residual`` the last BN of each residual block starts at gamma = 0, so
+every block starts as the identity (Goyal et al., 2017), which helps large batches.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from .config import TrainError
+
+
+def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+
+
+def _conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, 1, stride=stride, bias=False)
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, cin: int, width: int, stride: int = 1, downsample: nn.Module | None = None):
+        super().__init__()
+        self.conv1 = _conv3x3(cin, width, stride)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = _conv3x3(width, width)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def last_bn(self) -> nn.BatchNorm2d:
+        return self.bn2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + identity)
+
+
+class Bottleneck(nn.Module):
+    """ResNet v1.5: the stride sits on the 3x3 convolution, as torchvision and NVIDIA do."""
+
+    expansion = 4
+
+    def __init__(self, cin: int, width: int, stride: int = 1, downsample: nn.Module | None = None):
+        super().__init__()
+        self.conv1 = _conv1x1(cin, width)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = _conv3x3(width, width, stride)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = _conv1x1(width, width * self.expansion)
+        self.bn3 = nn.BatchNorm2d(width * self.expansion)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def last_bn(self) -> nn.BatchNorm2d:
+        return self.bn3
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + identity)
+
+
+class ResNet(nn.Module):
+    def __init__(self, block, layers: list[int], num_classes: int = 1000,
+                 zero_init_residual: bool = True):
+        super().__init__()
+        self.cin = 64
+        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.layer1 = self._stage(block, 64, layers[0], 1)
+        self.layer2 = self._stage(block, 128, layers[1], 2)
+        self.layer3 = self._stage(block, 256, layers[2], 2)
+        self.layer4 = self._stage(block, 512, layers[3], 2)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(512 * block.expansion, num_classes)
+        _init_weights(self)
+        if zero_init_residual:
+            for m in self.modules():
+                if isinstance(m, (BasicBlock, Bottleneck)):
+                    nn.init.zeros_(m.last_bn().weight)
+
+    def _stage(self, block, width: int, blocks: int, stride: int) -> nn.Sequential:
+        downsample = None
+        if stride != 1 or self.cin != width * block.expansion:
+            downsample = nn.Sequential(_conv1x1(self.cin, width * block.expansion, stride),
+                                       nn.BatchNorm2d(width * block.expansion))
+        layers = [block(self.cin, width, stride, downsample)]
+        self.cin = width * block.expansion
+        layers += [block(self.cin, width) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+class TinyNet(nn.Module):
+    """Four strided conv-BN-ReLU layers and a linear head: seconds per epoch on a CPU."""
+
+    def __init__(self, num_classes: int = 1000, zero_init_residual: bool = True):
+        super().__init__()
+        del zero_init_residual  # no residual blocks; accepted so every builder takes the same options
+        chans = [3, 16, 32, 64, 128]
+        layers: list[nn.Module] = []
+        for cin, cout in zip(chans, chans[1:]):
+            layers += [_conv3x3(cin, cout, 2), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(chans[-1], num_classes)
+        _init_weights(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+def _init_weights(model: nn.Module) -> None:
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+def resnet18(num_classes: int = 1000, zero_init_residual: bool = True) -> ResNet:
+    return ResNet(BasicBlock, [2, 2, 2, 2], num_classes, zero_init_residual)
+
+
+def resnet50(num_classes: int = 1000, zero_init_residual: bool = True) -> ResNet:
+    return ResNet(Bottleneck, [3, 4, 6, 3], num_classes, zero_init_residual)
+
+
+def tiny(num_classes: int = 1000, zero_init_residual: bool = True) -> TinyNet:
+    return TinyNet(num_classes, zero_init_residual)
+
+
+MODELS: dict[str, Callable[..., nn.Module]] = {"resnet18": resnet18, "resnet50": resnet50, "tiny": tiny}
+
+
+def build_model(name: str, num_classes: int = 1000, zero_init_residual: bool = True) -> nn.Module:
+    """A freshly initialized model by name; TrainError names the choices for an unknown one."""
+    try:
+        builder = MODELS[name]
+    except KeyError:
+        raise TrainError(f"unknown architecture {name!r}; choose one of {', '.join(MODELS)}") from None
+    if num_classes < 1:
+        raise TrainError(f"a model needs at least one class, got num_classes={num_classes}")
+    return builder(num_classes=num_classes, zero_init_residual=zero_init_residual)

@@ -1,0 +1,100 @@
+"""Rank 0's reports: log lines, a JSON-lines log (OUT/metrics.jsonl) and a progress bar."""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import sys
+import time
+
+from .loop import Window
+
+log = logging.getLogger("feedline.train")
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, s: str) -> None:
+        pass
+
+
+class Reporter:
+    """Writes only on the main rank; every method is a no-op elsewhere, so callers need
+    no rank checks. ``metrics.jsonl`` is appended to on a resume and started afresh otherwise."""
+
+    def __init__(self, out: str, enabled: bool, world_size: int, progress: bool | None,
+                 append: bool):
+        self.enabled = enabled
+        self.world_size = world_size
+        self.show_bar = enabled and (sys.stderr.isatty() if progress is None else progress)
+        self.path = os.path.join(out, "metrics.jsonl")
+        self._fh = None
+        self._bar = _NoBar()
+        if enabled:
+            os.makedirs(out, exist_ok=True)
+            self._fh = open(self.path, "a" if append else "w", encoding="utf-8")
+
+    def event(self, kind: str, **fields) -> None:
+        if self._fh is None:
+            return
+        record = _finite({"event": kind, "time": round(time.time(), 3), **fields})
+        self._fh.write(json.dumps(record, default=str, allow_nan=False) + "\n")
+        self._fh.flush()
+
+    def info(self, msg: str, *args) -> None:
+        if self.enabled:
+            log.info(msg, *args)
+
+    def warning(self, msg: str, *args) -> None:
+        if self.enabled:
+            log.warning(msg, *args)
+
+    @contextlib.contextmanager
+    def bar(self, total: int, initial: int, desc: str):
+        """A tqdm bar over the micro-steps of an epoch while log lines go above it."""
+        if not self.show_bar:
+            yield _NoBar()
+            return
+        from tqdm import tqdm
+        from tqdm.contrib.logging import logging_redirect_tqdm
+        with logging_redirect_tqdm(), tqdm(total=total, initial=initial, desc=desc, unit="batch",
+                                            dynamic_ncols=True, leave=False) as bar:
+            self._bar = bar
+            try:
+                yield bar
+            finally:
+                self._bar = _NoBar()
+
+    def window(self, w: Window) -> None:
+        """One log line every --log-every optimizer steps."""
+        if not self.enabled:
+            return
+        images_per_s = w.images_per_s * self.world_size
+        mem = f", GPU memory {w.gpu_mem_gib:.1f} GiB peak" if w.gpu_mem_gib is not None else ""
+        self._bar.set_postfix_str(f"loss {w.loss:.3f}, {images_per_s:,.0f} img/s, wait {w.data_wait:.0%}")
+        log.info("epoch %d step %d [%d/%d] loss %.4f lr %.4g | %s img/s, %.3f s/step, data wait %.0f%%%s",
+                 w.epoch + 1, w.step, w.micro, w.micro_total, w.loss, w.lr, f"{images_per_s:,.0f}",
+                 w.step_s, 100 * w.data_wait, mem)
+        self.event("step", epoch=w.epoch, step=w.step, loss=w.loss, lr=w.lr, images_per_s=images_per_s,
+                   images_per_s_per_rank=w.images_per_s, step_s=w.step_s, data_wait=w.data_wait,
+                   gpu_mem_gib=w.gpu_mem_gib)
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def _finite(obj):
+    """NaN and infinity (a diverged loss) as null: JSON has no spelling for them."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
