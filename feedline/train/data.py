@@ -66,7 +66,10 @@ def make_loader(store: Store, cfg: TrainConfig, info: DistInfo, dtype: torch.dty
     """A FeedLoader for this rank: shuffled, augmented, dropping the last partial batch for
     training (every step the same shape); in order, center-cropped, every image for validation."""
     from ..loader import FeedLoader
-    return FeedLoader(store, batch_size=cfg.batch_size, shuffle=train, train=train, size=cfg.size,
-                      decoder=cfg.decoder, num_threads=cfg.threads, device=str(info.device),
-                      dtype=dtype, channels_last=cfg.channels_last, drop_last=train, seed=cfg.seed,
-                      rank=info.rank, world_size=info.world_size)
+    try:
+        return FeedLoader(store, batch_size=cfg.batch_size, shuffle=train, train=train, size=cfg.size,
+                          decoder=cfg.decoder, num_threads=cfg.threads, device=str(info.device),
+                          dtype=dtype, channels_last=cfg.channels_last, drop_last=train, seed=cfg.seed,
+                          rank=info.rank, world_size=info.world_size)
+    except ValueError as exc:  # the loader's option checks (e.g. an unknown --decoder)
+        raise TrainError(f"{store.filename}: {exc}") from None
