@@ -11,6 +11,7 @@ from typing import Iterator
 import torch
 
 from .augment import AugmentSpec
+from .decoders.base import Decoder
 from .config import (IMAGENET_MEAN, IMAGENET_STD, LoaderConfig, build_output, distributed_position,
                      usable_cores)
 from .order import batch_count
@@ -28,7 +29,8 @@ class FeedLoader:
     (uint8 when ``mean=None``), in ``dtype`` and channels_last memory, on ``device``;
     labels int64 on ``device``.
 
-    Decode threads write decoded, cropped, resized, flipped samples straight into a
+    ``decoder`` is a registered name ("auto", "turbojpeg", "opencv", "pil", "dali") or a
+    Decoder instance. Decode threads write decoded, cropped, resized, flipped samples straight into a
     ring of ``prefetch + 2`` (pinned) uint8 batch buffers; on CUDA a side stream copies
     and normalizes the next batch while the current step runs. Order, crops and flips
     are pure functions of (seed, epoch, index): the same batches for any thread count,
@@ -36,7 +38,7 @@ class FeedLoader:
     """
 
     def __init__(self, source: str | os.PathLike | Store, batch_size: int = 256, shuffle: bool = False,
-                 train: bool = True, size: int | tuple[int, int] = 224, *, decoder: str = "auto",
+                 train: bool = True, size: int | tuple[int, int] = 224, *, decoder: str | Decoder = "auto",
                  num_threads: int | str = "auto", device: str | torch.device | None = None,
                  dtype: torch.dtype | None = None, channels_last: bool = True, drop_last: bool = False,
                  seed: int = 0, mean=IMAGENET_MEAN, std=IMAGENET_STD, scale=(0.08, 1.0),
@@ -54,6 +56,10 @@ class FeedLoader:
         rank, world_size = distributed_position(rank, world_size)
         output = build_output(mean, std, dtype, channels_last, device)
         from .decoders import resolve_decoder
+        # A Decoder instance is used as it is, e.g. get_decoder("turbojpeg", fast_dct=True).
+        self._decoder = decoder if isinstance(decoder, Decoder) else None
+        if self._decoder is not None:
+            decoder = self._decoder.name
         self.config = LoaderConfig(
             batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed,
             num_threads=num_threads, prefetch=prefetch, decoder=resolve_decoder(decoder, output.device),
@@ -150,18 +156,45 @@ class FeedLoader:
     def _run_threads(self, plan: EpochPlan, start: int):
         from .decoders import get_decoder
         from .pipeline.decode_queue import DecodeQueue
-        from .pipeline.prefetcher import make_finisher, timed
+        from .pipeline.prefetcher import make_finisher
         from .pipeline.ring import BatchRing
         c = self.config
         if self._ring is None:  # allocated once: memory stays flat over epochs
             self._ring = BatchRing(c.prefetch + 2, c.batch_size, c.augment.size, self._pin)
-            self._finisher = make_finisher(c.output)
-            self._decoder = get_decoder(c.decoder)
-        ring, finisher, stats = self._ring, self._finisher, self.stats
-        queue = DecodeQueue(self.store, self._decoder, ring,
+            self._finisher = make_finisher(c.output, c.augment.size)
+            self._decoder = self._decoder or get_decoder(c.decoder)
+        finisher = self._finisher
+        queue = DecodeQueue(self.store, self._decoder, self._ring,
                             plan.batches(self.store.labels, self.store.sizes, start), plan,
-                            c.num_threads, c.on_error, stats)
-        inflight = collections.deque()   # submitted to the finisher, not yet handed out
+                            c.num_threads, c.on_error, self.stats,
+                            converter=finisher if finisher.per_sample else None)
+        try:
+            if finisher.per_sample:
+                yield from self._finished_on_host(queue)
+            else:
+                yield from self._prefetched(queue, finisher)
+        finally:
+            queue.close()
+
+    def _next_filled(self, queue):
+        t0 = time.perf_counter()
+        batch = queue.next_filled(block=True)
+        self.stats.add(wait_s=time.perf_counter() - t0)
+        return batch
+
+    def _finished_on_host(self, queue):
+        """The decode threads already wrote each batch's output tensor."""
+        while (batch := self._next_filled(queue)) is not None:
+            labels = self._ring.labels[batch.slot, :len(batch.plan)].clone()
+            queue.release(batch.slot)
+            self.stats.add(images=len(labels), batches=1)
+            yield batch.output, labels
+
+    def _prefetched(self, queue, finisher):
+        """Batch k+1 is copied and normalized on a side stream while step k runs."""
+        from .pipeline.prefetcher import timed
+        ring, stats = self._ring, self.stats
+        inflight = collections.deque()   # submitted to the prefetcher, not yet handed out
         copying = collections.deque()    # slots whose host-to-device copy may still run
 
         def submit(batch):
@@ -181,9 +214,7 @@ class FeedLoader:
                 release_copied(wait=False)
                 if not inflight:
                     release_copied(wait=True)  # workers need free slots to make progress
-                    t0 = time.perf_counter()
-                    batch = queue.next_filled(block=True)
-                    stats.add(wait_s=time.perf_counter() - t0)
+                    batch = self._next_filled(queue)
                     if batch is None:
                         return
                     submit(batch)
@@ -194,8 +225,7 @@ class FeedLoader:
                 stats.add(images=len(labels), batches=1)
                 yield images, labels
         finally:
-            queue.close()
-            release_copied(wait=True)
+            release_copied(wait=True)  # no copy may still read a slot the workers refill
 
     def _run_dali(self, plan: EpochPlan, start: int):
         c = self.config

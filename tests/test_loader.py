@@ -235,3 +235,13 @@ def test_dali_cpu_pipeline_matches_the_turbojpeg_path(source):
                 assert x.is_contiguous(memory_format=torch.channels_last)
                 assert torch.equal(y, ty)
                 assert (x - tx).abs().mean() < 0.08
+
+
+def test_a_decoder_instance_is_used_as_given(packed_lmdb):
+    from feedline.decoders import get_decoder
+    fast = get_decoder("turbojpeg", fast_dct=True, fast_upsample=True)
+    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=32, device="cpu", decoder=fast)
+    assert loader.config.decoder == "turbojpeg"
+    x, _ = next(iter(loader))
+    assert loader._decoder is fast and x.shape == (8, 3, 32, 32)
+    loader.close()

@@ -13,7 +13,7 @@ import collections
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 from ..decoders.base import Box, Decoder
@@ -35,19 +35,24 @@ class _Batch:
     claimed: int = 0
     done: int = 0
     error: BaseException | None = None
-    substituted: list = field(default_factory=list)
+    output: object = None  # the finished batch tensor, when samples are converted here
 
 
 class DecodeQueue:
     """Owns its threads: started in ``__init__``, stopped and joined by ``close()``."""
 
     def __init__(self, store, decoder: Decoder, ring: BatchRing, plans: Iterator[BatchPlan],
-                 epoch_plan: EpochPlan, num_threads: int, on_error: str, stats: LoaderStats):
+                 epoch_plan: EpochPlan, num_threads: int, on_error: str, stats: LoaderStats,
+                 converter=None):
+        """``converter``, when given, turns each decoded sample into its final form in the
+        decode thread: ``new_batch(n)`` makes a batch's output, ``convert_sample(sample,
+        output, j)`` fills row j (see CpuFinisher)."""
         self._store, self._decoder, self._ring = store, decoder, ring
         self._plans = iter(plans)
         self._epoch_plan = epoch_plan
         self._on_error = on_error
         self._stats = stats
+        self._converter = converter
         self._cond = threading.Condition()
         self._free = collections.deque(range(ring.slots))
         self._assigned: collections.deque[_Batch] = collections.deque()
@@ -106,18 +111,19 @@ class DecodeQueue:
                     continue
                 slot = self._free.popleft()
                 self._ring.labels_np[slot, :len(plan)] = plan.labels
-                self._assigned.append(_Batch(plan, slot))
+                output = self._converter.new_batch(len(plan)) if self._converter else None
+                self._assigned.append(_Batch(plan, slot, output=output))
                 continue
             self._cond.wait()
         return None
 
     def _work(self) -> None:
-        read_s = decode_s = 0.0
+        times = [0.0, 0.0, 0.0]  # read, decode, convert: summed here, reported per claim
         while True:
             with self._cond:
-                if read_s or decode_s:
-                    self._stats.add(read_s=read_s, decode_s=decode_s)
-                    read_s = decode_s = 0.0
+                if any(times):
+                    self._stats.add(read_s=times[0], decode_s=times[1], copy_s=times[2])
+                    times = [0.0, 0.0, 0.0]
                 claim = self._claim()
             if claim is None:
                 return
@@ -125,9 +131,8 @@ class DecodeQueue:
             error = None
             for j in range(first, stop):
                 try:
-                    r, d = self._fill(batch, j)
-                    read_s += r
-                    decode_s += d
+                    for k, spent in enumerate(self._fill(batch, j)):
+                        times[k] += spent
                 except BaseException as exc:  # reaches the consumer, with index and path
                     error = exc
                     break
@@ -138,7 +143,7 @@ class DecodeQueue:
                 if batch.error is not None or batch.done == len(batch.plan):
                     self._cond.notify_all()
 
-    def _fill(self, batch: _Batch, j: int) -> tuple[float, float]:
+    def _fill(self, batch: _Batch, j: int) -> tuple[float, float, float]:
         plan = batch.plan
         index = int(plan.indices[j])
         out = self._ring.images_np[batch.slot, j]
@@ -147,12 +152,15 @@ class DecodeQueue:
             data = self._store.read(index)
             t1 = time.perf_counter()
             self._decoder.decode_into(data, Box(*plan.boxes[j]), bool(plan.flips[j]), out)
-            return t1 - t0, time.perf_counter() - t1
         except Exception as exc:
             if self._on_error == "raise":
                 raise self._error(index, exc) from exc
             self._substitute(batch, j, index, exc)
-            return 0.0, time.perf_counter() - t0
+            t1 = t0
+        t2 = time.perf_counter()
+        if self._converter is not None:
+            self._converter.convert_sample(out, batch.output, j)
+        return t1 - t0, t2 - t1, time.perf_counter() - t2
 
     def _error(self, index: int, exc: Exception) -> DecodeError:
         if isinstance(exc, DecodeError) and exc.index == index:

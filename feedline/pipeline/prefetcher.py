@@ -2,14 +2,17 @@
 
 ``CudaPrefetcher`` copies the pinned slot to the GPU on a side stream, converts and
 normalizes it there and hands it over with an event, so the copy of batch k+1
-overlaps the step on batch k. ``CpuFinisher`` does the same work on the host.
+overlaps the step on batch k. ``CpuFinisher`` does the same work on the host, per
+sample, in the decode threads.
 Both return N x C x H x W in channels_last memory: the NHWC buffer seen as NCHW.
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .plan import OutputSpec
@@ -49,27 +52,54 @@ class Pending:
 
 
 class CpuFinisher:
-    """Converts on the host; the slot is free again as soon as ``submit`` returns."""
+    """On the host, each sample is converted by the decode thread that decoded it,
+    straight into the batch's output tensor: one table lookup (cv2.LUT) maps uint8 to
+    the normalized float, in parallel and while the sample is still in cache. A
+    whole-batch torch conversion here would cost about as much as the decoding."""
 
-    def __init__(self, output: OutputSpec):
+    per_sample = True
+
+    def __init__(self, output: OutputSpec, size: tuple[int, int]):
         self.output = output
-        self._norm = _normalizer(output, "cpu")
+        self.size = size
+        self._dtype = output.dtype or torch.float32
+        self._format = torch.channels_last if output.channels_last else torch.contiguous_format
+        self._lut = None
+        if output.mean is not None:
+            levels = np.arange(256, dtype=np.float64)[:, None] / 255.0
+            table = (levels - np.array(output.mean)) / np.array(output.std)
+            self._lut = table.astype(np.float32).reshape(1, 256, 3)
+        # Written straight into the output when the layout allows, else via a scratch buffer.
+        self._direct = output.channels_last and self._dtype in (torch.float32, torch.uint8)
+        self._scratch = threading.local()
 
-    def submit(self, images: torch.Tensor, labels: torch.Tensor, slot: int) -> Pending:
-        return Pending(convert(images, self.output, self._norm), labels.clone(), slot)
+    def new_batch(self, n: int) -> torch.Tensor:
+        return torch.empty((n, 3, *self.size), dtype=self._dtype, memory_format=self._format)
 
-    def copied(self, pending: Pending) -> bool:
-        return True
-
-    def wait_copied(self, pending: Pending) -> None:
-        pass
-
-    def finish(self, pending: Pending):
-        return pending.images, pending.labels
+    def convert_sample(self, sample: np.ndarray, batch: torch.Tensor, j: int) -> None:
+        """Write the uint8 H x W x 3 ``sample`` into ``batch[j]``, normalized and cast."""
+        import cv2
+        if self._direct:
+            dst = batch[j].permute(1, 2, 0).numpy()  # channels_last: H x W x C, contiguous
+            if self._lut is None:
+                np.copyto(dst, sample)
+            elif cv2.LUT(sample, self._lut, dst=dst) is not dst:
+                raise RuntimeError("cv2.LUT did not write into the batch")
+            return
+        if self._lut is None:
+            converted = sample
+        else:
+            converted = getattr(self._scratch, "buffer", None)
+            if converted is None or converted.shape != sample.shape:
+                converted = self._scratch.buffer = np.empty(sample.shape, dtype=np.float32)
+            cv2.LUT(sample, self._lut, dst=converted)
+        batch[j].copy_(torch.from_numpy(converted).permute(2, 0, 1))
 
 
 class CudaPrefetcher:
     """Copy and normalize on a side stream; the consumer's stream waits on an event."""
+
+    per_sample = False
 
     def __init__(self, output: OutputSpec):
         self.output = output
@@ -107,8 +137,8 @@ class CudaPrefetcher:
         return pending.images, pending.labels
 
 
-def make_finisher(output: OutputSpec):
-    return CudaPrefetcher(output) if str(output.device).startswith("cuda") else CpuFinisher(output)
+def make_finisher(output: OutputSpec, size: tuple[int, int]):
+    return CudaPrefetcher(output) if str(output.device).startswith("cuda") else CpuFinisher(output, size)
 
 
 def timed(stats, fn, *args):
