@@ -11,13 +11,17 @@ setup:
 setup-test:
 	bash .ci/setup.sh dali,test
 
-# Build a realistic sample folder from the shipped photos, pack it, show it,
-# load it and train on it for a moment.
+# Build realistic sample folders from the shipped photos, pack them, show and check
+# them, then train on them for a moment on the CPU through FeedLoader.
 demo: setup
-	$(PY) -m feedline sample $(DEMO)/images -n 600 --classes 6
-	$(PY) -m feedline pack $(DEMO)/images $(DEMO)/train.lmdb --overwrite
+	$(PY) -m feedline sample $(DEMO)/train -n 600 --classes 6 --seed 0
+	$(PY) -m feedline sample $(DEMO)/val -n 120 --classes 6 --seed 1
+	$(PY) -m feedline pack $(DEMO)/train $(DEMO)/train.lmdb --overwrite
+	$(PY) -m feedline pack $(DEMO)/val $(DEMO)/val.h5 --overwrite
 	$(PY) -m feedline info $(DEMO)/train.lmdb
 	$(PY) -m feedline verify $(DEMO)/train.lmdb
+	$(PY) -m feedline train $(DEMO)/train.lmdb --val $(DEMO)/val.h5 --arch tiny --size 96 \
+		--epochs 2 --batch-size 32 --log-every 5 --synthetic-steps 10 --out $(DEMO)/run
 
 test: setup-test
 	$(PY) -m pytest -q -ra
