@@ -108,9 +108,9 @@ class CudaPrefetcher:
         self._norm = _normalizer(output, self.device)  # created on the device once
 
     def submit(self, images: torch.Tensor, labels: torch.Tensor, slot: int) -> Pending:
-        # The side stream must not start before work the consumer queued on its stream
-        # (e.g. freeing memory the allocator hands us) is ordered.
-        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        # No wait on the consumer's stream: that would serialize this copy behind the step
+        # it is meant to overlap. Memory the consumer still uses is guarded by
+        # record_stream in finish(), the pinned slot by the `copied` event.
         with torch.cuda.stream(self.stream):
             images_gpu = images.to(self.device, non_blocking=True)
             labels_gpu = labels.to(self.device, non_blocking=True)
