@@ -8,7 +8,8 @@ measurement first drains a few batches untimed (whatever the loader buffered whi
 idle), then times ``batches`` batches; the repeats are interleaved across loaders, in
 a rotating order, so noise on a shared machine hits all alike. The decode floor is
 the single-thread full-decode rate of libjpeg-turbo times the thread count, measured
-in the same rounds. FeedLoader's resident memory over epochs is measured in a
+in the same rounds (with, for reference, the same decode over a pool of all threads,
+which shows how far one core's rate scales on this machine). FeedLoader's resident memory over epochs is measured in a
 process of its own.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import dataclasses
 import logging
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .common import (Spread, format_table, machine_info, machine_line, save_bar_chart, say, usable_cores,
@@ -27,6 +29,7 @@ log = logging.getLogger(__name__)
 
 NAME = "loaders"
 DATALOADER, DALI_CPU, FLOOR = "torch-dataloader-pil", "dali-cpu", "decode-floor"
+POOL = "decode-pool"   # the same decode over a pool of all threads: how far 1 thread x cores scales
 FEEDLINE_DECODERS = ("turbojpeg", "opencv")
 # (what, denominator row, minimum ratio): the targets on a 2-core CPU machine
 TARGETS = ((DATALOADER, 2.5), (DALI_CPU, 1.8), (FLOOR, 0.9))
@@ -78,17 +81,21 @@ def run_loader_bench(options: LoaderBenchOptions) -> dict:
 
     streams, reasons, descriptions = _start_streams(options, data, threads, device)
     floor_images = read_encoded(data, options.floor_images)
-    samples: dict[str, list[float]] = {name: [] for name in [*streams, FLOOR]}
+    samples: dict[str, list[float]] = {name: [] for name in [*streams, FLOOR, POOL]}
     images_per_measure = batches * options.batch_size
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="bench-floor")
     for r in range(options.repeats):
-        names = [*streams, FLOOR]
+        names = [*streams, FLOOR, POOL]
         for name in names[r % len(names):] + names[:r % len(names)]:
             if name == FLOOR:
                 samples[name].append(_floor_rate(floor_images) * threads)
+            elif name == POOL:
+                samples[name].append(_floor_rate(floor_images, pool))
             else:
                 seconds = _measure(streams[name].batches, batches, drain, device)
                 samples[name].append(images_per_measure / seconds)
         say(f"  repeat {r + 1}/{options.repeats}: " + ", ".join(f"{n} {samples[n][-1]:.0f}/s" for n in names))
+    pool.shutdown()
     stats = {name: stream.stats() for name, stream in streams.items()}
     for stream in streams.values():
         stream.close()
@@ -140,7 +147,9 @@ def _start_streams(options, data, threads: int, device: str):
             f"FeedLoader(decoder={decoder!r}, device={device!r})",
             lambda decoder=decoder: baselines.feedloader_stream(str(data.packed), options.batch_size, threads,
                                                                 device, decoder))
-    streams, reasons, descriptions = {}, {}, {FLOOR: "libjpeg-turbo full decode, 1 thread, x threads"}
+    streams, reasons = {}, {}
+    descriptions = {FLOOR: f"libjpeg-turbo full decode (default flags): 1-thread rate x {threads}",
+                    POOL: f"libjpeg-turbo full decode over a pool of {threads} threads (for reference)"}
     for name, (description, make) in makers.items():
         descriptions[name] = description
         if options.only is not None and name not in options.only:
@@ -188,24 +197,32 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _floor_rate(images: list[bytes]) -> float:
-    """Images/s of one thread fully decoding ``images`` with libjpeg-turbo (default flags)."""
+def _floor_rate(images: list[bytes], pool: ThreadPoolExecutor | None = None) -> float:
+    """Images/s of fully decoding ``images`` with libjpeg-turbo (default flags), in this
+    thread or over ``pool``."""
     from turbojpeg import TJPF_RGB, TurboJPEG
     tj = TurboJPEG()
+
+    def decode(data):
+        return tj.decode(data, TJPF_RGB)
     t0 = time.perf_counter()
-    for data in images:
-        tj.decode(data, TJPF_RGB)
+    if pool is None:
+        for data in images:
+            decode(data)
+    else:
+        for _ in pool.map(decode, images):
+            pass
     return len(images) / (time.perf_counter() - t0)
 
 
 def _rows(options, samples, reasons, descriptions, threads: int, device: str, stats: dict) -> list[dict]:
-    order = [DATALOADER, DALI_CPU, *(f"feedline-{d}" for d in FEEDLINE_DECODERS), FLOOR]
+    order = [DATALOADER, DALI_CPU, *(f"feedline-{d}" for d in FEEDLINE_DECODERS), FLOOR, POOL]
     rows = []
     for name in order:
-        if options.only is not None and name not in options.only and name != FLOOR:
+        if options.only is not None and name not in options.only and name not in (FLOOR, POOL):
             continue
         row = {"name": name, "description": descriptions.get(name), "threads": threads,
-               "device": "cpu" if name in (FLOOR, DALI_CPU) else device, "batch_size": options.batch_size,
+               "device": "cpu" if name in (FLOOR, POOL, DALI_CPU) else device, "batch_size": options.batch_size,
                "available": name not in reasons, "reason": reasons.get(name),
                "images_per_s": None, "images_per_s_min": None, "images_per_s_max": None, "samples": None,
                "loader_stats": stats.get(name)}
