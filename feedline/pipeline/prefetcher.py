@@ -8,6 +8,8 @@ Both return N x C x H x W in channels_last memory: the NHWC buffer seen as NCHW.
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import threading
 import time
 from dataclasses import dataclass
@@ -42,6 +44,31 @@ def convert(images_nhwc: torch.Tensor, output: OutputSpec, norm) -> torch.Tensor
     return y if dtype == torch.float32 else y.to(dtype)
 
 
+_MADV_HUGEPAGE = 14
+_HUGE_PAGE = 2 << 20
+
+
+@functools.lru_cache(maxsize=None)
+def _madvise():
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):  # not Linux
+        return None
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return madvise
+
+
+def _advise_huge_pages(tensor: torch.Tensor) -> None:
+    """Ask Linux for 2 MiB pages under a fresh batch (best effort). Each batch is new
+    memory the caller keeps, and first-touch faults on 4 KiB pages cost more than the
+    normalization written into them; huge pages cut that by half or more here."""
+    nbytes = tensor.untyped_storage().nbytes()
+    start = -(-tensor.data_ptr() // _HUGE_PAGE) * _HUGE_PAGE
+    end = (tensor.data_ptr() + nbytes) // _HUGE_PAGE * _HUGE_PAGE
+    if end > start and _madvise() is not None:
+        _madvise()(start, end - start, _MADV_HUGEPAGE)  # a failure only means small pages
+
+
 @dataclass
 class Pending:
     images: torch.Tensor
@@ -74,7 +101,9 @@ class CpuFinisher:
         self._scratch = threading.local()
 
     def new_batch(self, n: int) -> torch.Tensor:
-        return torch.empty((n, 3, *self.size), dtype=self._dtype, memory_format=self._format)
+        batch = torch.empty((n, 3, *self.size), dtype=self._dtype, memory_format=self._format)
+        _advise_huge_pages(batch)
+        return batch
 
     def convert_sample(self, sample: np.ndarray, batch: torch.Tensor, j: int) -> None:
         """Write the uint8 H x W x 3 ``sample`` into ``batch[j]``, normalized and cast."""
