@@ -70,8 +70,9 @@ def test_loader_bench_end_to_end(tiny_folder, tmp_path):
     payload = _check_file(out, "loaders")
     rows = {r["name"]: r for r in payload["results"]}
     assert set(rows) == {"torch-dataloader-pil", "dali-cpu", "feedline-turbojpeg", "feedline-opencv",
-                         "decode-floor", "decode-pool"}
-    for name in ("torch-dataloader-pil", "feedline-turbojpeg", "feedline-opencv", "decode-floor", "decode-pool"):
+                         "feedline-turbojpeg-fast", "decode-floor", "decode-pool"}
+    for name in ("torch-dataloader-pil", "feedline-turbojpeg", "feedline-opencv", "feedline-turbojpeg-fast",
+                 "decode-floor", "decode-pool"):
         assert rows[name]["available"] and rows[name]["images_per_s"] > 0, rows[name]["reason"]
     assert rows["torch-dataloader-pil"]["ratio"] == pytest.approx(1.0)
     assert rows["feedline-turbojpeg"]["ratio_vs_floor"] > 0

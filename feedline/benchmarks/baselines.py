@@ -140,11 +140,21 @@ def dali_cpu_stream(folder: str, batch_size: int, threads: int, device: str,
 
 
 # -- FeedLoader -----------------------------------------------------------------------
+def feedloader_decoder(name: str):
+    """A registered decoder name, or "turbojpeg-fast": turbojpeg with libjpeg-turbo's fast
+    DCT and fast chroma upsampling (less exact, as FFCV decodes)."""
+    if name == "turbojpeg-fast":
+        from ..decoders import get_decoder
+        return get_decoder("turbojpeg", fast_dct=True, fast_upsample=True)
+    return name
+
+
 def feedloader_stream(packed: str, batch_size: int, threads: int, device: str, decoder: str,
                       size: int = 224) -> LoaderStream:
     from ..loader import FeedLoader
     loader = FeedLoader(packed, batch_size=batch_size, shuffle=True, train=True, size=size,
-                        decoder=decoder, num_threads=threads, device=device, drop_last=True)
+                        decoder=feedloader_decoder(decoder), num_threads=threads, device=device,
+                        drop_last=True)
     stream = forever(lambda: loader)
     close_stream = _closer(stream)
 

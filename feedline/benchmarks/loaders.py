@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 NAME = "loaders"
 DATALOADER, DALI_CPU, FLOOR = "torch-dataloader-pil", "dali-cpu", "decode-floor"
 POOL = "decode-pool"   # the same decode over a pool of all threads: how far 1 thread x cores scales
-FEEDLINE_DECODERS = ("turbojpeg", "opencv")
+FEEDLINE_DECODERS = ("turbojpeg", "opencv", "turbojpeg-fast")
 # (what, denominator row, minimum ratio): the targets on a 2-core CPU machine
 TARGETS = ((DATALOADER, 2.5), (DALI_CPU, 1.8), (FLOOR, 0.9))
 RSS_GROWTH_LIMIT_PCT = 2.0
