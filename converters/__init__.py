@@ -1,0 +1,46 @@
+"""Pack an image folder into one LMDB or HDF5 file that feedline streams from.
+
+    from converters import pack
+    report = pack("images/", "train.lmdb", quality=95, on_error="skip")
+
+Every record decodes to an 8-bit RGB or gray image with libjpeg-turbo, nvJPEG and
+DALI. JPEGs that already qualify (baseline or progressive, 8-bit, YCbCr or gray,
+no EXIF rotation) are stored byte for byte after a header check, without being
+decoded, so packing costs about what copying the files costs; damage inside their
+entropy-coded data is found by `feedline verify`, not here. Everything else (PNG,
+WebP, BMP, TIFF, GIF's first frame, CMYK/YCCK, 12-bit, lossless or arithmetic
+JPEG, 16-bit, palette, alpha composited on white, EXIF orientation applied) is
+converted once to a baseline JPEG.
+
+Bad files are skipped and listed in OUT.errors.csv (CSV: path, reason, detail), or
+stop the pack with ``on_error="fail"``. The output appears at OUT only when it is
+complete; an interrupted pack continues with ``resume=True``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from .options import OnError, OutputFormat, PackOptions
+from .report import PackReport, Skip, SkipReason, read_error_report
+
+
+def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions | None = None,
+         **kw) -> PackReport:
+    """Pack the image folder ``src`` into ``out`` (.lmdb, .h5 or .hdf5).
+
+    ``options`` and/or keyword arguments (the fields of PackOptions, which win).
+    Raises FeedlineError when SRC is missing or holds no images, PackError when
+    OUT exists without ``overwrite``, when a bad file stops the pack under
+    ``on_error="fail"``, when no file can be packed, or when writing fails.
+    """
+    if options is None:
+        options = PackOptions(**kw)
+    elif kw:
+        options = dataclasses.replace(options, **kw)
+    from .packer import pack as _pack  # a module named "pack" would shadow this function
+    return _pack(src, out, options)
+
+
+__all__ = ["pack", "PackOptions", "PackReport", "OutputFormat", "OnError", "Skip", "SkipReason",
+           "read_error_report"]

@@ -1,0 +1,91 @@
+"""Resume bookkeeping: one journal entry per commit, written together with its images.
+
+An entry says how many scanned files are consumed, the columns of the records it
+commits and the files it skipped, so an interrupted pack continues exactly where
+its last commit ended and produces the same data set as an uninterrupted one.
+JSON, never pickle. LMDB keeps entries under ``format.journal_key``; HDF5 staging
+keeps them as lines of a side file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from feedline.errors import PackError
+from feedline.scan import ScanResult
+
+from .report import Skip
+
+JOURNAL_VERSION = 1
+
+
+def scan_digest(scan: ScanResult) -> str:
+    """A digest of what was scanned (paths, labels, classes): resuming needs the same input."""
+    h = hashlib.sha256()
+    h.update(json.dumps(scan.classes).encode())
+    for path, label in zip(scan.paths, scan.labels):
+        h.update(b"%d\t%s\n" % (label, path.encode("utf-8", "surrogateescape")))
+    return h.hexdigest()
+
+
+@dataclass
+class JournalEntry:
+    chunk: int                   # 0, 1, 2, ... in commit order
+    consumed: int                # scanned files consumed, this chunk included
+    first_record: int            # index of the chunk's first record
+    options: dict                # PackOptions.output_options(format)
+    digest: str                  # scan_digest of the input
+    labels: list[int] = field(default_factory=list)
+    sizes: list[list[int]] = field(default_factory=list)    # (height, width) per record
+    paths: list[str] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)        # encoded bytes per record
+    converted: int = 0
+    source_bytes: int = 0
+    skipped: list[list[str]] = field(default_factory=list)  # (path, reason, detail)
+    version: int = JOURNAL_VERSION
+
+    def to_bytes(self) -> bytes:
+        # vars(), not asdict(): the fields are plain JSON values, and asdict deep-copies them.
+        return json.dumps(vars(self), separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, where: str) -> "JournalEntry":
+        try:
+            entry = cls(**json.loads(raw))
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            raise PackError(f"{where}: the resume journal is damaged ({exc}); "
+                            "start over without --resume") from None
+        if entry.version != JOURNAL_VERSION:
+            raise PackError(f"{where}: journal version {entry.version} is not {JOURNAL_VERSION}; "
+                            "start over without --resume")
+        return entry
+
+    @property
+    def records(self) -> int:
+        return len(self.labels)
+
+    def skips(self) -> list[Skip]:
+        return [Skip.from_row(row) for row in self.skipped]
+
+
+def check_entries(entries: list[JournalEntry], options: dict, digest: str, where: str) -> None:
+    """Refuse to resume a pack made from other options or another input."""
+    expected_record = 0
+    for k, entry in enumerate(entries):
+        if entry.chunk != k or entry.first_record != expected_record:
+            raise PackError(f"{where}: the resume journal has a gap at chunk {k}; "
+                            "start over without --resume")
+        expected_record += entry.records
+    if not entries:
+        return
+    last = entries[-1]
+    if last.options != options:
+        diff = ", ".join(f"{k}: {last.options.get(k)!r} then, {options.get(k)!r} now"
+                         for k in sorted(set(options) | set(last.options))
+                         if options.get(k) != last.options.get(k))
+        raise PackError(f"{where}: the interrupted pack used other options ({diff}); "
+                        "rerun with the same options, or start over with --overwrite and no --resume")
+    if last.digest != digest:
+        raise PackError(f"{where}: the source folder changed since the interrupted pack "
+                        "(files or labels differ); start over without --resume")

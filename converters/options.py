@@ -1,0 +1,108 @@
+"""What `pack` is asked to do: PackOptions, validated when built."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import Enum
+
+from feedline.errors import PackError
+
+
+class OutputFormat(str, Enum):
+    LMDB = "lmdb"
+    HDF5 = "hdf5"
+
+
+class OnError(str, Enum):
+    """What to do with an input file that cannot be packed."""
+
+    SKIP = "skip"   # pack everything else and list the bad files in OUT.errors.csv
+    FAIL = "fail"   # stop at the first bad file and leave nothing at OUT
+
+
+_EXTENSIONS = {".lmdb": OutputFormat.LMDB, ".mdb": OutputFormat.LMDB,
+               ".h5": OutputFormat.HDF5, ".hdf5": OutputFormat.HDF5}
+
+DEFAULT_QUALITY = 95
+DEFAULT_MAX_PIXELS = 100_000_000
+
+
+def format_for(out: str, requested: OutputFormat | None) -> OutputFormat:
+    """The output format: the one asked for, else the one OUT's extension names."""
+    if requested is not None:
+        return requested
+    ext = os.path.splitext(out)[1].lower()
+    if ext not in _EXTENSIONS:
+        raise PackError(f"{out}: cannot tell the format from the extension {ext or '(none)'}; "
+                        "name it .lmdb, .h5 or .hdf5, or pass --format lmdb|hdf5")
+    return _EXTENSIONS[ext]
+
+
+def _enum(kind, value, name: str):
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind(str(value).lower())
+    except ValueError:
+        choices = ", ".join(m.value for m in kind)
+        raise PackError(f"{name} must be one of {choices}, got {value!r}") from None
+
+
+def _int_or_none(value, name: str, minimum: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PackError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise PackError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    """Options of one pack. Those that change the output (see ``output_options``) are
+    stored in the data set's metadata and must match when a pack is resumed."""
+
+    format: OutputFormat | None = None      # None: from OUT's extension
+    labels_csv: str | None = None           # CSV of (relative path, label) instead of class folders
+    max_side: int | None = None             # shrink images whose longer side is larger, then re-encode
+    quality: int = DEFAULT_QUALITY          # JPEG quality of converted and shrunk images
+    max_pixels: int = DEFAULT_MAX_PIXELS    # larger images are skipped (decompression bombs)
+    on_error: OnError = OnError.SKIP
+    jobs: int | None = None                 # reader/converter threads; None: one per core
+    resume: bool = False                    # continue an interrupted pack of the same OUT
+    overwrite: bool = False                 # replace an existing OUT (only once the new one is complete)
+    progress: bool = True                   # a progress bar on stderr, when it is a terminal
+    commit_every: int = 1000                # files per commit: the granularity of --resume
+    commit_bytes: int = 16 << 20            # ... or this many image bytes, whichever comes first
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: normalize the fields once, here
+        if self.format is not None:
+            set_(self, "format", _enum(OutputFormat, self.format, "format"))
+        set_(self, "on_error", _enum(OnError, self.on_error, "on_error"))
+        if self.labels_csv is not None:
+            set_(self, "labels_csv", os.path.abspath(os.fspath(self.labels_csv)))
+        _int_or_none(self.max_side, "max_side", 1)
+        _int_or_none(self.quality, "quality", 1)
+        if self.quality > 100:
+            raise PackError(f"quality must be 1..100, got {self.quality}")
+        _int_or_none(self.max_pixels, "max_pixels", 1)
+        _int_or_none(self.jobs, "jobs", 1)
+        _int_or_none(self.commit_every, "commit_every", 1)
+        _int_or_none(self.commit_bytes, "commit_bytes", 1)
+
+    @property
+    def threads(self) -> int:
+        if self.jobs:
+            return self.jobs
+        try:
+            return len(os.sched_getaffinity(0))  # the cores this process may use, in a container too
+        except AttributeError:
+            return os.cpu_count() or 1
+
+    def output_options(self, fmt: OutputFormat) -> dict:
+        """The options that shape the output: stored as the metadata's pack_options."""
+        return {"format": fmt.value, "labels_csv": self.labels_csv, "max_side": self.max_side,
+                "quality": self.quality, "max_pixels": self.max_pixels, "on_error": self.on_error.value,
+                "alpha": "composited on white", "exif_orientation": "applied"}

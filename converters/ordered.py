@@ -1,0 +1,67 @@
+"""Map over items in order: a cheap first step on the calling thread, the slow second
+step on a thread pool, results in input order, a bounded number in flight.
+
+Why not everything on the pool: checking a JPEG that is stored as it is costs a few
+tens of microseconds of mostly Python work, and threads doing that contend for the
+GIL; measured on 2 cores, 2000 such files took 0.17-0.27 s on a 2-thread pool and
+0.09-0.12 s on one thread. Conversions (Pillow/OpenCV decode and encode, which
+release the GIL) are the work that gains from more cores, so only they go to the pool.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+
+class OrderedPool:
+    """Owns its threads: created in ``__init__`` (none when ``jobs == 1``), stopped and
+    joined by ``close()``, which cancels what has not started. At most ``window``
+    results wait in order, so memory stays bounded when a slow item holds the head."""
+
+    def __init__(self, jobs: int, window: int | None = None):
+        self._window = window or max(64, 8 * jobs)
+        self._executor = ThreadPoolExecutor(jobs, thread_name_prefix="feedline-pack") if jobs > 1 else None
+
+    def map(self, items: Iterable, first: Callable[[Any], Any], second: Callable[[Any], Any],
+            defer: type) -> Iterator:
+        """``first(item)`` for each item; results that are a ``defer`` instance are
+        replaced by ``second(result)``, computed on the pool. Yields in input order."""
+        if self._executor is None:
+            for item in items:
+                result = first(item)
+                yield second(result) if isinstance(result, defer) else result
+            return
+        pending: deque = deque()
+        try:
+            for item in items:
+                result = first(item)
+                pending.append(self._executor.submit(second, result) if isinstance(result, defer) else result)
+                while pending and (len(pending) >= self._window or _ready(pending[0])):
+                    yield _value(pending.popleft())
+            while pending:
+                yield _value(pending.popleft())
+        finally:
+            for entry in pending:
+                if isinstance(entry, Future):
+                    entry.cancel()
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    def __enter__(self) -> "OrderedPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _ready(entry) -> bool:
+    return not isinstance(entry, Future) or entry.done()
+
+
+def _value(entry):
+    return entry.result() if isinstance(entry, Future) else entry
