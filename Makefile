@@ -14,8 +14,8 @@ setup-test:
 # Build realistic sample folders from the shipped photos, pack them, show and check
 # them, then train on them for a moment on the CPU through FeedLoader.
 demo: setup
-	$(PY) -m feedline sample $(DEMO)/train -n 600 --classes 6 --seed 0
-	$(PY) -m feedline sample $(DEMO)/val -n 120 --classes 6 --seed 1
+	$(PY) -m feedline sample $(DEMO)/train -n 600 --classes 6 --seed 0 --photo-per-class
+	$(PY) -m feedline sample $(DEMO)/val -n 120 --classes 6 --seed 1 --photo-per-class
 	$(PY) -m feedline pack $(DEMO)/train $(DEMO)/train.lmdb --overwrite
 	$(PY) -m feedline pack $(DEMO)/val $(DEMO)/val.h5 --overwrite
 	$(PY) -m feedline info $(DEMO)/train.lmdb

@@ -53,15 +53,21 @@ def make_image(rng: random.Random, src: np.ndarray, gray_fraction: float = 0.05,
 
 
 def make_photo_folder(out: str, n: int = 200, classes: int = 10, seed: int = 0,
-                      gray_fraction: float = 0.05, sizes=SIZES) -> dict:
-    """Write ``n`` JPEGs into ``out/class_XXX/img_XXXXXXX.jpg``; returns a summary."""
+                      gray_fraction: float = 0.05, sizes=SIZES, photo_per_class: bool = False) -> dict:
+    """Write ``n`` JPEGs into ``out/class_XXX/img_XXXXXXX.jpg``; returns a summary.
+
+    By default every class draws from every photo (labels carry no signal: for speed
+    measurements). ``photo_per_class`` cuts class k from photo k only, so a model can
+    learn the labels, as in the demo."""
     srcs = _load_photos()
     rng = random.Random(seed)
     total = 0
     for i in range(n):
-        folder = os.path.join(out, f"class_{i % classes:03d}")
+        label = i % classes
+        folder = os.path.join(out, f"class_{label:03d}")
         os.makedirs(folder, exist_ok=True)
-        data = make_image(rng, srcs[rng.randrange(len(srcs))], gray_fraction, sizes)
+        src = srcs[label % len(srcs)] if photo_per_class else srcs[rng.randrange(len(srcs))]
+        data = make_image(rng, src, gray_fraction, sizes)
         with open(os.path.join(folder, f"img_{i:07d}.jpg"), "wb") as fh:
             fh.write(data)
         total += len(data)
