@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from feedline import __version__
+from feedline.durable import fsync_folder
 from feedline.errors import PackError
 from feedline.format import Columns, make_meta
 from feedline.scan import ScanResult, scan_folder
@@ -31,7 +32,7 @@ from .normalize import Conversion, check_file, convert
 from .options import OnError, PackOptions, format_for
 from .ordered import OrderedPool
 from .report import PackReport, Skip, write_error_report
-from .writers import Writer, fsync_dir, make_writer, write_failed
+from .writers import Writer, make_writer, write_failed
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions) -
             os.replace(writer.partial_path, out)
         except OSError as exc:
             raise write_failed(out, exc) from None
-        fsync_dir(out)
+        fsync_folder(os.path.dirname(out))
         writer.discard()  # the side files; the partial file itself is OUT now
     except _BadInput as bad:
         writer.discard()

@@ -102,17 +102,3 @@ def start_writeback(fd: int, offset: int = 0, nbytes: int = 0) -> None:
             _sync_file_range = False
     if _sync_file_range:
         _sync_file_range(fd, offset, nbytes, 2)  # SYNC_FILE_RANGE_WRITE; a failure only costs the head start
-
-
-def fsync_dir(path: str) -> None:
-    """Make a rename in ``path``'s folder durable."""
-    try:
-        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

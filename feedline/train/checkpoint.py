@@ -10,6 +10,7 @@ import os
 import numpy as np
 import torch
 
+from ..durable import fsync_folder
 from .config import TrainError
 
 
@@ -49,21 +50,7 @@ def save(state: dict, path: str) -> None:
         except FileNotFoundError:
             pass
         raise
-    _fsync_folder(folder)
-
-
-def _fsync_folder(folder: str) -> None:
-    # Makes the rename itself durable; not possible (nor needed) everywhere, e.g. on Windows.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    fsync_folder(folder)
 
 
 def load(path: str) -> dict:
