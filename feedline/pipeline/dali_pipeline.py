@@ -18,7 +18,7 @@ import torch
 from ..augment import AugmentSpec
 from ..errors import BackendUnavailable, DecodeError, StoreError
 from .plan import BatchPlan, OutputSpec
-from .substitute import MAX_ATTEMPTS, substitute_sample
+from .substitute import MAX_ATTEMPTS, record_error, substitute_sample
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ class DaliBatches:
                     break
                 except StoreError as exc:
                     if self.on_error == "raise":
-                        raise self._error(int(indices[k]), str(exc)) from exc
+                        raise record_error(self.store, int(indices[k]), exc) from exc
                     self._mark_bad(int(indices[k]), str(exc))
             substituted += int(indices[k] != original)
         return _Fed(plan, indices, labels, substituted), boxes, flips, encoded
@@ -182,12 +182,6 @@ class DaliBatches:
         raise DecodeError(f"{self.store.filename}: record {index} ({self.store.path(index)}) cannot be "
                           f"decoded, and neither can its {MAX_ATTEMPTS} substitutes; check the data set",
                           index=index, path=self.store.path(index))
-
-    def _error(self, index: int, reason: str) -> DecodeError:
-        path = self.store.path(index)
-        return DecodeError(f"record {index} ({path}) of {self.store.filename} failed to decode: {reason}. "
-                           "Check it with `feedline verify`, or pass on_error='substitute'.",
-                           index=index, path=path)
 
     def _mark_bad(self, index: int, reason: str) -> None:
         if index not in self._bad:
@@ -225,7 +219,7 @@ class DaliBatches:
             raise DecodeError(f"DALI failed on {where} ({_dali_reason(exc)}), but each of its records "
                               "decodes with PIL to the size the store records") from exc
         if self.on_error == "raise":
-            raise self._error(*found[0]) from exc
+            raise record_error(self.store, *found[0]) from exc
         for index, why in found:
             self._mark_bad(index, why)
         self._refeed.extendleft(fed.plan for fed in reversed(failed))

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..decoders.base import Box, Decoder
-from ..errors import DecodeError
 from ..stats import LoaderStats
 from .plan import BatchPlan, EpochPlan
 from .ring import BatchRing
-from .substitute import MAX_ATTEMPTS, substitute_sample
+from .substitute import MAX_ATTEMPTS, record_error, substitute_sample
 
 log = logging.getLogger(__name__)
 
@@ -154,21 +153,13 @@ class DecodeQueue:
             self._decoder.decode_into(data, Box(*plan.boxes[j]), bool(plan.flips[j]), out)
         except Exception as exc:
             if self._on_error == "raise":
-                raise self._error(index, exc) from exc
+                raise record_error(self._store, index, exc) from exc
             self._substitute(batch, j, index, exc)
             t1 = t0
         t2 = time.perf_counter()
         if self._converter is not None:
             self._converter.convert_sample(out, batch.output, j)
         return t1 - t0, t2 - t1, time.perf_counter() - t2
-
-    def _error(self, index: int, exc: Exception) -> DecodeError:
-        if isinstance(exc, DecodeError) and exc.index == index:
-            return exc
-        path = self._store.path(index)
-        return DecodeError(f"record {index} ({path}) of {self._store.filename} failed to decode: {exc}. "
-                           "Check it with `feedline verify`, or pass on_error='substitute'.",
-                           index=index, path=path)
 
     def _substitute(self, batch: _Batch, j: int, index: int, first_error: Exception) -> None:
         """Fill slot j with another record chosen by a pure function of (seed, epoch, index),
@@ -183,6 +174,6 @@ class DecodeQueue:
                 continue
             self._ring.labels_np[batch.slot, j] = self._store.label(other)
             self._stats.add(substituted=1)
-            log.warning("%s; replaced by record %d (on_error='substitute')", self._error(index, first_error), other)
+            log.warning("%s; replaced by record %d (on_error='substitute')", record_error(self._store, index, first_error), other)
             return
-        raise self._error(index, first_error)
+        raise record_error(self._store, index, first_error)
