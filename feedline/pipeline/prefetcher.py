@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -168,10 +167,3 @@ class CudaPrefetcher:
 
 def make_finisher(output: OutputSpec, size: tuple[int, int]):
     return CudaPrefetcher(output) if str(output.device).startswith("cuda") else CpuFinisher(output, size)
-
-
-def timed(stats, fn, *args):
-    t0 = time.perf_counter()
-    result = fn(*args)
-    stats.add(copy_s=time.perf_counter() - t0)
-    return result
