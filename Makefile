@@ -9,7 +9,7 @@ setup:
 	bash .ci/setup.sh bench
 
 setup-test:
-	bash .ci/setup.sh dali,test
+	bash .ci/setup.sh dali,test,turbojpeg
 
 # Build realistic sample folders from the shipped photos, pack them, show and check
 # them, then train on them for a moment on the CPU through FeedLoader.
