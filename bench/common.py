@@ -1,40 +1,155 @@
-"""What the bench/ scripts share: this working tree first on sys.path, results in
-bench/results/, and the helpers of feedline.benchmarks.common.
+"""What every benchmark shares: timing, ratios that add up, targets, tables and JSON.
 
-A script in bench/ writes its JSON with ``write_results(NAME, rows, params)``
-(-> bench/results/NAME.json, with the machine description), prints tables with
-``format_table(rows, [(header, key), ...])`` and charts with ``save_bar_chart``;
-``prepare_data(DATA, n)`` gives the benchmark data set (generated and packed into
-~/.cache/feedline when DATA is None). See feedline/benchmarks/common.py.
+A result file is one JSON object: ``benchmark`` (its name), ``created`` (UTC, ISO 8601),
+``machine`` (see `bench.machine`), ``params`` (what was asked), ``results`` (a list of
+flat rows, one per measured thing) and whatever else the benchmark adds (``targets``).
+
+Ratios printed next to rates are the quotient of the medians printed beside them
+(`ratio`), so a reader can check every table by hand.
 """
 from __future__ import annotations
 
+import json
+import os
+import statistics
 import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
-if str(ROOT) not in sys.path:   # the scripts measure this tree, installed or not
-    sys.path.insert(0, str(ROOT))
-
-from feedline.benchmarks import common as _common  # noqa: E402
-from feedline.benchmarks.common import (Spread, format_table, fmt, machine_info, machine_line,  # noqa: E402,F401
-                                        rates, repeat_timed, save_bar_chart, say, timed, usable_cores)
-from feedline.benchmarks.data import BenchData, prepare_data, read_encoded  # noqa: E402,F401
 
 
-def write_results(name: str, results: list[dict], params: dict | None = None, out=None, **extra) -> Path:
-    """bench/results/NAME.json (or ``out``): benchmark, created, machine, params, results, extra."""
-    return _common.write_results(name, results, params, out if out is not None else RESULTS_DIR / f"{name}.json",
-                                 **extra)
+# -- timing --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Spread:
+    """The min, median and max of repeated measurements."""
+
+    min: float
+    median: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Spread":
+        if not values:
+            raise ValueError("no measurements")
+        return cls(min(values), statistics.median(values), max(values))
+
+    def to_dict(self) -> dict:
+        return {"min": self.min, "median": self.median, "max": self.max}
 
 
-def run_script(which: str, argv: list[str] | None = None) -> int:
-    """Run ``feedline bench WHICH`` with bench/results/WHICH.json as the default --out."""
-    from feedline.cli.bench import standalone
-    return standalone(which, argv, default_out=str(RESULTS_DIR / f"{which}.json"))
+def timed(fn: Callable[[], object]) -> float:
+    """Seconds one call of ``fn`` takes."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
-__all__ = ["ROOT", "RESULTS_DIR", "BenchData", "Spread", "format_table", "fmt", "machine_info", "machine_line",
-           "prepare_data", "rates", "read_encoded", "repeat_timed", "run_script", "save_bar_chart", "say", "timed",
-           "usable_cores", "write_results"]
+def rates(count: float, seconds: Sequence[float]) -> Spread:
+    """Items per second for ``count`` items done in each of ``seconds``."""
+    return Spread.of([count / max(s, 1e-12) for s in seconds])
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator / denominator of two printed medians; None when either is missing."""
+    if numerator is None or denominator is None or denominator == 0:
+        return None
+    return numerator / denominator
+
+
+# -- targets -------------------------------------------------------------------------
+def target(check: str, measured: float | None, needed: float, at_least: bool = True, unit: str = "x") -> dict:
+    """One target row: what is checked, the measured value, the bound and pass/fail
+    (None when it could not be measured)."""
+    passed = None if measured is None else (measured >= needed if at_least else measured <= needed)
+    return {"check": check, "measured": measured, "target": f"{'>=' if at_least else '<='} {needed}{unit}",
+            "passed": passed}
+
+
+def targets_table(targets: Sequence[dict]) -> str:
+    """The targets as a table, then one line naming the ones missed (or not measured)."""
+    shown = [dict(t, result={True: "pass", False: "FAIL", None: "not measured"}[t["passed"]]) for t in targets]
+    lines = [format_table(shown, [("target", "check"), ("measured", "measured"), ("needed", "target"),
+                                  ("result", "result")])]
+    missed = [t["check"] for t in targets if t["passed"] is False]
+    unmeasured = [t["check"] for t in targets if t["passed"] is None]
+    lines.append("targets missed: " + ("; ".join(missed) if missed else "none"))
+    if unmeasured:
+        lines.append("not measured: " + "; ".join(unmeasured))
+    return "\n".join(lines)
+
+
+# -- output --------------------------------------------------------------------------
+def results_path(name: str, out: str | os.PathLike | None = None) -> Path:
+    """Where a benchmark's JSON goes: ``out`` if given, else bench/results/NAME.json."""
+    return Path(out) if out is not None else RESULTS_DIR / f"{name}.json"
+
+
+def write_results(name: str, results: list[dict], params: dict | None = None,
+                  out: str | os.PathLike | None = None, machine: dict | None = None,
+                  **extra) -> Path:
+    """Write the JSON of a benchmark (see the module docstring); returns its path."""
+    if machine is None:
+        from bench.machine import machine_info
+        machine = machine_info()
+    path = results_path(name, out)
+    payload = {"benchmark": name, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               "machine": machine, "params": params or {}, "results": results, **extra}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _jsonable(value):
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def fmt(value, digits: int = 3) -> str:
+    """A table cell: None -> '-', numbers to about ``digits`` significant figures."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "-"
+        magnitude = abs(value)
+        if magnitude >= 10 ** (digits - 1):
+            return f"{value:,.0f}"
+        decimals = digits - 1 - (len(str(int(magnitude))) - 1 if magnitude >= 1 else 0)
+        return f"{value:.{max(decimals, 0)}f}"
+    return str(value)
+
+
+def format_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]]) -> str:
+    """A plain-text table: ``columns`` are (header, key) pairs; numbers align right."""
+    cells = [[fmt(row.get(key)) for _, key in columns] for row in rows]
+    numeric = [all(isinstance(row.get(key), (int, float)) or row.get(key) is None for row in rows)
+               for _, key in columns]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, (h, _) in enumerate(columns)]
+
+    def line(values):
+        return "  ".join(v.rjust(w) if num else v.ljust(w)
+                         for v, w, num in zip(values, widths, numeric)).rstrip()
+
+    header = line([h for h, _ in columns])
+    return "\n".join([header, "-" * len(header)] + [line(c) for c in cells])
+
+
+def say(text: str = "") -> None:
+    """Progress and tables for people: the benchmarks are command-line programs."""
+    print(text, file=sys.stdout, flush=True)

@@ -20,10 +20,13 @@ import sys
 import tempfile
 import time
 
-try:
-    from . import common          # imported as bench.pack
-except ImportError:
-    import common                 # run as python bench/pack.py
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/pack.py`: the repository root, not bench/, on sys.path
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from bench import common  # noqa: E402
+from bench.machine import machine_info, machine_line  # noqa: E402
 
 TARGET = 1.5
 
@@ -82,13 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="JSON path (default bench/results/pack.json)")
     args = p.parse_args(argv)
 
-    from feedline.benchmarks.data import cache_root, prepare_data
+    from bench.data import cache_root, prepare_data
     data = prepare_data(None, args.n, cache_dir=args.cache_dir, packed=False)
     src = str(data.folder)
     paths = _files(src)
     source_bytes = _warm(paths)
-    machine = common.machine_info()
-    common.say(common.machine_line(machine))
+    machine = machine_info()
+    common.say(machine_line(machine))
     common.say(f"{len(paths)} JPEGs, {source_bytes / 2**20:.1f} MiB in {src}")
     work = tempfile.mkdtemp(prefix="pack-bench-", dir=cache_root(args.cache_dir))
     try:

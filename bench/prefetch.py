@@ -15,10 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-try:
-    from . import common          # imported as bench.prefetch
-except ImportError:
-    import common                 # run as python bench/prefetch.py
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/prefetch.py`: the repository root, not bench/, on sys.path
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from bench import common  # noqa: E402
+from bench.machine import machine_info, machine_line  # noqa: E402
 
 import torch  # noqa: E402
 

@@ -2,14 +2,19 @@
 documented JSON. Nothing here times anything or asserts a speed."""
 from __future__ import annotations
 
-import argparse
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from feedline.benchmarks.common import format_table, fmt, machine_info, write_results
-from feedline.benchmarks.data import prepare_data, read_encoded
+if str(Path(__file__).resolve().parents[1]) not in sys.path:  # bench/ is not installed: this tree's
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import format_table, fmt, write_results
+from bench.data import prepare_data, read_encoded
+from bench.machine import machine_info
 from feedline.sample import make_photo_folder
 
 TINY_SIZES = [(160, 120), (120, 160), (200, 150)]
@@ -37,7 +42,7 @@ def _check_file(path, name):
 
 
 def test_decoder_bench_end_to_end(tiny_folder, tmp_path):
-    from feedline.benchmarks.decoders import DecoderBenchOptions, run_decoder_bench
+    from bench.decoders import DecoderBenchOptions, run_decoder_bench
     out = tmp_path / "decoders.json"
     run_decoder_bench(DecoderBenchOptions(data=str(tiny_folder), n=8, repeats=1, batch=4, check=2,
                                           out=str(out), cache_dir=str(tmp_path / "cache")))
@@ -62,7 +67,7 @@ def test_decoder_bench_end_to_end(tiny_folder, tmp_path):
 
 
 def test_loader_bench_end_to_end(tiny_folder, tmp_path):
-    from feedline.benchmarks.loaders import LoaderBenchOptions, run_loader_bench
+    from bench.loaders import LoaderBenchOptions, run_loader_bench
     out = tmp_path / "loaders.json"
     run_loader_bench(LoaderBenchOptions(data=str(tiny_folder), batch_size=4, batches=1, repeats=1, warmup=1,
                                         drain=0, epochs_rss=2, floor_images=4, device="cpu", out=str(out),
@@ -98,18 +103,24 @@ def test_prepare_data_unpacks_a_packed_file_byte_for_byte(tmp_path):
     assert sorted(f.read_bytes() for f in files) == sorted(read_encoded(data))
 
 
-def test_cli_maps_flags_onto_options():
-    from feedline.benchmarks.decoders import QUICK, DecoderBenchOptions
-    from feedline.cli import bench
+def test_flags_map_onto_options():
+    import argparse
+
+    from bench import decoders, loaders
+    from bench.args import options_from_args, shared_arguments
     parser = argparse.ArgumentParser()
-    bench.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["bench", "decoders", "data.lmdb", "--quick", "--n", "4", "--only", "pil,opencv"])
-    assert args.func is bench.run_decoders
-    options = bench.options_from_args(DecoderBenchOptions, QUICK, args)
-    assert (options.data, options.n, options.repeats, options.only) == ("data.lmdb", 4, QUICK["repeats"],
+    shared_arguments(parser, "decoders")
+    decoders.add_arguments(parser)
+    args = parser.parse_args(["data.lmdb", "--quick", "--n", "4", "--only", "pil,opencv"])
+    options = options_from_args(decoders.DecoderBenchOptions, decoders.QUICK, args)
+    assert (options.data, options.n, options.repeats, options.only) == ("data.lmdb", 4, decoders.QUICK["repeats"],
                                                                         ("pil", "opencv"))
-    args = parser.parse_args(["bench", "loaders", "--epochs-rss", "0", "--batch-size", "8"])
-    assert args.func is bench.run_loaders and args.epochs_rss == 0 and args.batch_size == 8
+    parser = argparse.ArgumentParser()
+    shared_arguments(parser, "loaders")
+    loaders.add_arguments(parser)
+    options = options_from_args(loaders.LoaderBenchOptions, loaders.QUICK,
+                                parser.parse_args(["--epochs-rss", "0", "--batch-size", "8"]))
+    assert options.epochs_rss == 0 and options.batch_size == 8 and options.n == 2000
 
 
 def test_write_results_and_table(tmp_path):

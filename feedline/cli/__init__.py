@@ -13,7 +13,7 @@ import sys
 
 from ..errors import FeedlineError
 
-COMMANDS = ("pack", "info", "verify", "sample", "train", "bench")
+COMMANDS = ("pack", "info", "verify", "sample", "train")
 
 
 def build_parser() -> argparse.ArgumentParser:

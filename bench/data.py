@@ -43,7 +43,7 @@ def prepare_data(data: str | os.PathLike | None = None, n: int = 2000, *,
                  packed: bool = True, seed: int = 0, sizes=None) -> BenchData:
     """The folder and/or packed file for ``data`` (see the module docstring); ``n`` and
     ``sizes`` apply only when generating."""
-    from ..stores import open_dataset
+    from feedline.stores import open_dataset
     cache = cache_root(cache_dir)
     if data is None:
         tag = f"bench-photos-{n}" + (f"-seed{seed}" if seed else "") + ("" if sizes is None else "-small")
@@ -67,7 +67,7 @@ def generated_folder(out: Path, n: int, seed: int = 0, sizes=None) -> Path:
     """``n`` photo-like JPEGs in ``out`` (generated once, ~20 ms each)."""
     if out.is_dir():
         return out
-    from ..sample import SIZES, make_photo_folder
+    from feedline.sample import SIZES, make_photo_folder
     log.info("generating %d photo-like JPEGs into %s (once; ~20 ms each)", n, out)
     tmp = _fresh_tmp(out)
     make_photo_folder(str(tmp), n=n, classes=10, seed=seed, sizes=sizes or SIZES)
@@ -106,7 +106,7 @@ def unpacked_folder(store, out: Path) -> Path:
 def read_encoded(data: BenchData, n: int | None = None) -> list[bytes]:
     """The encoded bytes of ``n`` records spread evenly over the data set (all when None,
     in record order), from the packed file if there is one, else from the folder."""
-    from ..stores import open_dataset
+    from feedline.stores import open_dataset
     with open_dataset(data.packed or data.folder) as store:
         total = len(store)
         if n is None or n >= total:

@@ -112,7 +112,7 @@ def _turbojpeg(scale: tuple[int, int], fast: bool) -> Callable[[int], Runner]:
 
 def feedline_plan(images: Sequence[bytes], size: int = 224):
     """The boxes and flips feedline's loader would draw for these images in epoch 0, seed 0."""
-    from ..augment import AugmentSpec, plan
+    from feedline.augment import AugmentSpec, plan
     sizes = np.array([image_size(d) for d in images]).reshape(-1, 2)
     return plan(AugmentSpec(size=size), 0, 0, np.arange(len(images)), sizes[:, 0], sizes[:, 1])
 
@@ -121,8 +121,8 @@ def _feedline_open(name: str, size: int = 224) -> Callable[[int], Runner]:
     """feedline's own decoder: ``decode_into`` a random-resized crop of ``size`` (the
     loader's per-sample work)."""
     def open_(threads: int) -> Runner:
-        from ..decoders import Box, get_decoder
-        from ..errors import BackendUnavailable
+        from feedline.decoders import Box, get_decoder
+        from feedline.errors import BackendUnavailable
         try:
             decoder = get_decoder(name)
         except BackendUnavailable as exc:

@@ -18,10 +18,10 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from ..pipeline.plan import IMAGENET_MEAN, IMAGENET_STD
-
 Batches = Iterator[tuple[torch.Tensor, torch.Tensor]]
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
+# torchvision's ImageNet normalization, as a user's training script writes it
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 @dataclass
@@ -71,7 +71,7 @@ class PilFolderDataset(torch.utils.data.Dataset):
     """ImageFolder + RandomResizedCrop + RandomHorizontalFlip + ToTensor + Normalize."""
 
     def __init__(self, root: str, size: int = 224, mean=IMAGENET_MEAN, std=IMAGENET_STD):
-        from ..scan import scan_folder
+        from feedline.scan import scan_folder
         scan = scan_folder(str(root))
         self.samples = [(f"{scan.root}/{p}", label) for p, label in zip(scan.paths, scan.labels)]
         self.size = size
@@ -144,14 +144,14 @@ def feedloader_decoder(name: str):
     """A registered decoder name, or "turbojpeg-fast": turbojpeg with libjpeg-turbo's fast
     DCT and fast chroma upsampling (less exact, as FFCV decodes)."""
     if name == "turbojpeg-fast":
-        from ..decoders import get_decoder
+        from feedline.decoders import get_decoder
         return get_decoder("turbojpeg", fast_dct=True, fast_upsample=True)
     return name
 
 
 def feedloader_stream(packed: str, batch_size: int, threads: int, device: str, decoder: str,
                       size: int = 224) -> LoaderStream:
-    from ..loader import FeedLoader
+    from feedline.loader import FeedLoader
     loader = FeedLoader(packed, batch_size=batch_size, shuffle=True, train=True, size=size,
                         decoder=feedloader_decoder(decoder), num_threads=threads, device=device,
                         drop_last=True)
