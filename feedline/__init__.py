@@ -7,17 +7,19 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import BackendUnavailable, DecodeError, FeedlineError, PackError, StoreError
-from .stores import Store, open_dataset
+from .errors import BackendUnavailable, ChecksumError, DecodeError, FeedlineError, PackError, StoreError
+
+# Imported when first asked for: `import feedline` (and every `feedline --help`) stays
+# free of numpy and torch.
+_LAZY = {"FeedLoader": ".loader", "open_dataset": ".stores", "Store": ".stores"}
 
 
 def __getattr__(name: str):
-    # FeedLoader pulls in torch; import it only when asked for.
-    if name == "FeedLoader":
-        from .loader import FeedLoader
-        return FeedLoader
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module 'feedline' has no attribute {name!r}")
 
 
 __all__ = ["FeedLoader", "open_dataset", "Store", "FeedlineError", "StoreError", "PackError",
-           "DecodeError", "BackendUnavailable", "__version__"]
+           "DecodeError", "ChecksumError", "BackendUnavailable", "__version__"]

@@ -1,4 +1,5 @@
-"""FeedLoader's options, validated once when built."""
+"""FeedLoader's options, validated once when built: what to load (LoaderConfig) and what
+the consumer receives (OutputSpec)."""
 from __future__ import annotations
 
 import os
@@ -7,9 +8,66 @@ from dataclasses import dataclass
 import torch
 
 from .augment import AugmentSpec
-from .pipeline.plan import IMAGENET_MEAN, IMAGENET_STD, OutputSpec
+from .choices import DecoderName, OnError, Order
+from .errors import BackendUnavailable
 
-ON_ERROR = ("raise", "substitute")
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """What the consumer receives: N x C x H x W, normalized (or uint8 when mean is None)."""
+
+    mean: tuple[float, float, float] | None = IMAGENET_MEAN  # on the 0..1 scale, as torchvision
+    std: tuple[float, float, float] | None = IMAGENET_STD
+    dtype: torch.dtype | None = None  # float32 when None (uint8 when mean is None)
+    channels_last: bool = True
+    device: str = "cpu"
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """Everything a FeedLoader does, resolved: no "auto" left, every value checked."""
+
+    batch_size: int = 256
+    order: Order = Order.SEQUENTIAL
+    drop_last: bool = False
+    seed: int = 0
+    num_threads: int = 1
+    prefetch: int = 2
+    decoder: DecoderName = DecoderName.NVIMGCODEC
+    on_error: OnError = OnError.RAISE
+    augment: AugmentSpec = AugmentSpec()
+    output: OutputSpec = OutputSpec()
+    rank: int = 0
+    world_size: int = 1
+    even_shards: bool = True    # pad by wrapping so every rank gets as many samples (training)
+    pin_memory: bool = False    # page-locked batch buffers (always on a CUDA device)
+
+    def __post_init__(self):
+        set_ = object.__setattr__  # frozen: normalize the fields once, here
+        set_(self, "order", Order.parse(self.order, "order"))
+        set_(self, "decoder", DecoderName.parse(self.decoder, "decoder"))
+        set_(self, "on_error", OnError.parse(self.on_error, "on_error"))
+        for name in ("batch_size", "num_threads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or self.prefetch < 1:
+            raise ValueError(f"prefetch must be an int >= 1 (batches prepared ahead), got {self.prefetch!r}")
+        if not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an int, got {self.seed!r}")
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is not in 0..{self.world_size - 1}")
+
+    @property
+    def shuffle(self) -> bool:
+        return self.order is not Order.SEQUENTIAL
 
 
 def usable_cores() -> int:
@@ -23,38 +81,27 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@dataclass(frozen=True)
-class LoaderConfig:
-    batch_size: int = 256
-    shuffle: bool = False
-    drop_last: bool = False
-    seed: int = 0
-    num_threads: int = 1
-    prefetch: int = 2
-    decoder: str = "auto"
-    on_error: str = "raise"
-    augment: AugmentSpec = AugmentSpec()
-    output: OutputSpec = OutputSpec()
-    rank: int = 0
-    world_size: int = 1
+def choose_order(shuffle: bool, order) -> Order:
+    """``order`` when given, else DataLoader's meaning of ``shuffle``."""
+    if order is None:
+        return Order.RANDOM if shuffle else Order.SEQUENTIAL
+    order = Order.parse(order, "order")
+    if not shuffle and order is not Order.SEQUENTIAL:
+        raise ValueError(f"order={order.value!r} shuffles; pass shuffle=True with it (or leave order unset)")
+    return order
 
-    def __post_init__(self):
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {self.batch_size!r}")
-        if not isinstance(self.num_threads, int) or self.num_threads < 1:
-            raise ValueError(f"num_threads must be a positive int or 'auto', got {self.num_threads!r}")
-        if self.prefetch < 0:
-            raise ValueError(f"prefetch must be >= 0, got {self.prefetch}")
-        if self.on_error not in ON_ERROR:
-            raise ValueError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank {self.rank} is not in 0..{self.world_size - 1}")
+
+def choose_threads(num_threads, num_workers) -> int:
+    """Decode threads: ``num_threads``, DataLoader's ``num_workers`` when threads are "auto",
+    else one per usable core."""
+    if num_threads == "auto":
+        return max(1, int(num_workers)) if num_workers is not None else usable_cores()
+    return num_threads
 
 
 def build_output(mean, std, dtype, channels_last: bool, device) -> OutputSpec:
     device = str(torch.device(device if device is not None else default_device()))
     if device.startswith("cuda") and not torch.cuda.is_available():
-        from .errors import BackendUnavailable
         raise BackendUnavailable(f"device={device!r} but CUDA is not available; use device='cpu'")
     if device == "cuda":
         device = f"cuda:{torch.cuda.current_device()}"
@@ -68,7 +115,7 @@ def build_output(mean, std, dtype, channels_last: bool, device) -> OutputSpec:
     if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
         raise ValueError(f"mean and std need 3 values each, std > 0; got {mean}, {std}")
     dtype = dtype or torch.float32
-    if not dtype.is_floating_point:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating point torch.dtype with mean/std, got {dtype}")
     return OutputSpec(mean, std, dtype, channels_last, device)
 
@@ -84,5 +131,17 @@ def distributed_position(rank, world_size) -> tuple[int, int]:
     return int(rank), int(world_size)
 
 
-__all__ = ["LoaderConfig", "build_output", "distributed_position", "usable_cores", "default_device",
-           "IMAGENET_MEAN", "IMAGENET_STD"]
+def resolve_decoder_name(decoder, device: str) -> DecoderName:
+    """The decoder a loader on ``device`` uses for ``decoder=`` (a name; "auto" resolved)."""
+    name = DecoderName.parse(decoder, "decoder")
+    if name is DecoderName.GPU:
+        if not device.startswith("cuda"):
+            raise BackendUnavailable("decoder='gpu' decodes on a CUDA device; pass device='cuda' "
+                                     "(or pick a CPU decoder: decoder='auto')")
+        return name
+    from .decoders import resolve_decoder
+    return DecoderName(resolve_decoder(name.value, device))
+
+
+__all__ = ["LoaderConfig", "OutputSpec", "build_output", "choose_order", "choose_threads",
+           "distributed_position", "resolve_decoder_name", "usable_cores", "default_device", "IMAGENET_MEAN", "IMAGENET_STD"]

@@ -13,14 +13,19 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
     return np.random.Generator(np.random.PCG64([seed, epoch])).permutation(n).astype(np.int64)
 
 
-def shard(order: np.ndarray, rank: int, world_size: int) -> np.ndarray:
-    """This rank's share, as DistributedSampler: pad by wrapping to a multiple of
-    world_size, then take every world_size-th sample. Every rank gets the same count,
-    so DDP never waits on a rank that ran out of data."""
+def shard(order: np.ndarray, rank: int, world_size: int, pad: bool = True) -> np.ndarray:
+    """This rank's share, as DistributedSampler: every world_size-th sample from ``rank``.
+
+    ``pad=True`` first wraps the order around to a multiple of world_size, so every rank
+    gets the same count and DDP never waits on a rank that ran out of data (training).
+    ``pad=False`` visits each sample exactly once over all ranks; counts then differ by
+    at most one (evaluation, where a duplicate would be counted twice)."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
     if world_size == 1:
         return order
+    if not pad:
+        return order[rank::world_size]
     per_rank = math.ceil(len(order) / world_size)
     total = per_rank * world_size
     padded = np.resize(order, total)  # np.resize repeats the array: wrap-around padding

@@ -15,10 +15,13 @@ from PIL import Image
 
 import feedline
 from feedline.augment import AugmentSpec
+from feedline.choices import Order
+from feedline.config import LoaderConfig, OutputSpec
 from feedline.errors import BackendUnavailable, DecodeError, StoreError
-from feedline.pipeline.plan import EpochPlan, OutputSpec
-from feedline.pipeline.substitute import substitute_sample
+from feedline.plan import EpochPlan
 from feedline.sample import make_photo_folder
+from feedline.sources.substitute import substitute_sample
+from feedline.stats import LoaderStats
 
 pytestmark = pytest.mark.dali
 
@@ -53,14 +56,23 @@ def corrupt_store(folder, tmp_path):
 
 
 def dali_batches(store, output=OutputSpec(), spec=AugmentSpec(size=SIZE), **kw):
-    from feedline.pipeline.dali_pipeline import DaliBatches
-    kw.setdefault("seed", 3)
-    return DaliBatches(store, 5, output, num_threads=2, spec=spec, **kw)
+    from feedline.sources.dali import DaliBatches
+    config = LoaderConfig(batch_size=5, order=Order.RANDOM, seed=3, num_threads=2, decoder="dali",
+                          augment=spec, output=output, **kw)
+    return DaliBatches(store, config)
+
+
+def epoch_plan(spec=AugmentSpec(size=SIZE), epoch=1, seed=3, batch_size=5):
+    return EpochPlan(spec, seed=seed, epoch=epoch, order=Order.RANDOM, batch_size=batch_size, drop_last=False)
 
 
 def epoch(store, spec=AugmentSpec(size=SIZE), epoch=1, seed=3, batch_size=5):
-    plan = EpochPlan(spec, seed=seed, epoch=epoch, shuffle=True, batch_size=batch_size, drop_last=False)
-    return list(plan.batches(store.labels, store.sizes))
+    return list(epoch_plan(spec, epoch, seed, batch_size).batches(store.labels, store.sizes))
+
+
+def run(dali, spec=AugmentSpec(size=SIZE), epoch=1, start=0, stats=None):
+    """DALI's batches of ``epoch`` from batch ``start``, through the BatchSource protocol."""
+    return dali.run(epoch_plan(spec, epoch), start, stats if stats is not None else LoaderStats())
 
 
 def reference(store, index, box, flip, size=SIZE) -> np.ndarray:
@@ -92,8 +104,9 @@ def test_matches_pil_reference_in_plan_order(store):
     plans = epoch(store)
     assert [len(p) for p in plans] == [5, 5, 2]                 # partial last batch
     assert plans[0].flips.any() or plans[1].flips.any()         # the mirror input is exercised
-    with dali_batches(store) as dali:
-        results = list(dali.run(plans))
+    dali = dali_batches(store)
+    results = list(run(dali))
+    dali.close()
     images = results[0][0]
     assert images.dtype == torch.float32 and images.device.type == "cpu"
     assert images.is_contiguous(memory_format=torch.channels_last)
@@ -102,10 +115,13 @@ def test_matches_pil_reference_in_plan_order(store):
 
 def test_same_plans_same_pixels(store):
     """Eval plans (center crops, no flips): two runs give identical batches, equal to the reference."""
-    plans = epoch(store, AugmentSpec(size=SIZE, train=False))   # center crops, no flips
-    with dali_batches(store) as dali:
-        first = [x.clone() for x, _ in dali.run(plans)]
-        again = [x for x, _ in dali.run(plans)]
+    spec = AugmentSpec(size=SIZE, train=False)
+    plans = epoch(store, spec)   # center crops, no flips
+    dali = dali_batches(store, spec=spec)
+    first = [x.clone() for x, _ in run(dali, spec)]
+    again = [x for x, _ in run(dali, spec)]
+    dali.close()
+    assert len(first) == len(again) == len(plans)
     for a, b in zip(first, again):
         assert torch.equal(a, b)
     check_against_reference(store, plans, list(zip(first, [torch.from_numpy(p.labels) for p in plans])))
@@ -115,8 +131,9 @@ def test_same_plans_same_pixels(store):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_dtypes_and_layouts(store, dtype, channels_last):
     plans = epoch(store)[:1]
-    with dali_batches(store, OutputSpec(dtype=dtype, channels_last=channels_last)) as dali:
-        images, labels = next(dali.run(plans))
+    dali = dali_batches(store, OutputSpec(dtype=dtype, channels_last=channels_last))
+    images, labels = next(run(dali))
+    dali.close()
     assert images.dtype == dtype
     assert images.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
     check_against_reference(store, plans, [(images, labels)], tol=0.06)
@@ -124,8 +141,10 @@ def test_half_dtypes_and_layouts(store, dtype, channels_last):
 
 def test_uint8_without_normalization(store):
     plans = epoch(store)
-    with dali_batches(store, OutputSpec(mean=None, std=None)) as dali:
-        results = list(dali.run(plans))
+    dali = dali_batches(store, OutputSpec(mean=None, std=None))
+    results = list(run(dali))
+    dali.close()
+    assert len(results) == len(plans)
     for plan, (images, _) in zip(plans, results):
         assert images.dtype == torch.uint8
         assert images.is_contiguous(memory_format=torch.channels_last)
@@ -135,16 +154,15 @@ def test_uint8_without_normalization(store):
 
 
 def test_interrupted_run_then_a_new_run(store):
-    plans = epoch(store)
-    with dali_batches(store) as dali:
-        full = [x.clone() for x, _ in dali.run(plans)]
-        it = dali.run(plans)
-        next(it)
-        it.close()                                  # abandoned with batches in flight
-        again = [x for x, _ in dali.run(plans)]
-        restarted = dali.run(plans)
-        next(restarted)
-        resumed = [x for x, _ in dali.run(plans[1:])]   # a new run ends the open one
+    dali = dali_batches(store)
+    full = [x.clone() for x, _ in run(dali)]
+    it = run(dali)
+    next(it)
+    it.close()                                  # abandoned with batches in flight
+    again = [x for x, _ in run(dali)]
+    resumed = [x for x, _ in run(dali, start=1)]
+    dali.close()
+    assert len(full) == len(again) == 3 and len(resumed) == 2
     assert all(torch.equal(a, b) for a, b in zip(full, again))
     assert all(torch.equal(a, b) for a, b in zip(full[1:], resumed))
 
@@ -153,10 +171,11 @@ def test_corrupt_record_raises_with_index_and_path(corrupt_store):
     plans = epoch(corrupt_store)
     bad_batch = next(n for n, p in enumerate(plans) if 4 in p.indices)
     delivered = 0
-    with dali_batches(corrupt_store) as dali:
-        with pytest.raises(DecodeError) as info:
-            for _ in dali.run(plans):
-                delivered += 1
+    dali = dali_batches(corrupt_store)
+    with pytest.raises(DecodeError) as info:
+        for _ in run(dali):
+            delivered += 1
+    dali.close()
     assert info.value.index == 4 and info.value.path == corrupt_store.path(4)
     assert corrupt_store.path(4) in str(info.value)
     assert delivered <= bad_batch
@@ -170,19 +189,23 @@ def test_record_smaller_than_the_store_says(folder, tmp_path):
         plans = epoch(s)
         ok, buf = cv2.imencode(".jpg", np.full((20, 30, 3), 128, np.uint8))
         (root / s.path(4)).write_bytes(buf.tobytes())
-        with dali_batches(s) as dali, pytest.raises(DecodeError, match="20x30") as info:
-            list(dali.run(plans))
+        dali = dali_batches(s)
+        with pytest.raises(DecodeError, match="20x30") as info:
+            list(run(dali))
+        dali.close()
     assert info.value.index == 4
 
 
 def test_corrupt_record_substituted(corrupt_store):
     spec = AugmentSpec(size=SIZE)
     plans = epoch(corrupt_store, spec)
-    with dali_batches(corrupt_store, on_error="substitute") as dali:
-        results = list(dali.run(plans))
-        assert dali.substituted == 1
-        second = list(dali.run(epoch(corrupt_store, spec, epoch=2)))   # known bad: no rebuild needed
-        assert dali.substituted == 2
+    dali = dali_batches(corrupt_store, on_error="substitute")
+    stats, stats2 = LoaderStats(), LoaderStats()
+    results = list(run(dali, stats=stats))
+    assert stats.substituted == 1 and [r.index for r in stats.bad_records] == [4]
+    second = list(run(dali, epoch=2, stats=stats2))   # known bad: no rebuild needed
+    assert stats2.substituted == 1 and stats2.bad_records[0].epoch == 2
+    dali.close()
     assert [len(x) for x, _ in results] == [len(p) for p in plans]
     assert len(second) == len(plans)
     n, p = next((n, p) for n, p in enumerate(plans) if 4 in p.indices)
@@ -196,49 +219,32 @@ def test_corrupt_record_substituted(corrupt_store):
     assert labels[rest].tolist() == p.labels[rest].tolist()
 
 
-def test_close_twice_and_run_after_close(store):
-    dali = dali_batches(store)
-    next(dali.run(epoch(store)))
-    dali.close()
-    dali.close()
-    with pytest.raises(RuntimeError):
-        dali.run(epoch(store))
-
-
 def test_unreadable_record(folder, tmp_path):
     root = tmp_path / "images"
     shutil.copytree(folder, root)
     with feedline.open_dataset(root) as s:
         plans = epoch(s)
         (root / s.path(6)).unlink()
-        with dali_batches(s) as dali, pytest.raises(DecodeError, match=s.path(6)) as info:
-            list(dali.run(plans))
+        dali = dali_batches(s)
+        with pytest.raises(DecodeError, match=s.path(6)) as info:
+            list(run(dali))
+        dali.close()
         assert info.value.index == 6 and isinstance(info.value.__cause__, StoreError)
-        with dali_batches(s, on_error="substitute") as dali:
-            assert [len(x) for x, _ in dali.run(plans)] == [len(p) for p in plans]
-            assert dali.substituted == 1
-
-
-def test_rejects_inconsistent_options(store):
-    with pytest.raises(ValueError, match="device_id"):
-        dali_batches(store, OutputSpec(device="cuda:0"))
-    with pytest.raises(ValueError, match="uint8"):
-        dali_batches(store, OutputSpec(dtype=torch.uint8))
-    with pytest.raises(ValueError, match="spec"):
-        dali_batches(store, spec=None, size=SIZE, on_error="substitute")
-    with pytest.raises(ValueError, match="on_error"):
-        dali_batches(store, on_error="ignore")
+        dali, stats = dali_batches(s, on_error="substitute"), LoaderStats()
+        assert [len(x) for x, _ in run(dali, stats=stats)] == [len(p) for p in plans]
+        dali.close()
+        assert stats.substituted == 1 and stats.bad_records[0].reason == "unreadable"
 
 
 def test_missing_dali_is_backend_unavailable(monkeypatch):
-    from feedline.pipeline import dali_pipeline
+    from feedline.sources import dali_graph
     monkeypatch.setitem(sys.modules, "nvidia.dali", None)
-    with pytest.raises(BackendUnavailable, match="pip install nvidia-dali-cuda120"):
-        dali_pipeline.import_dali()
+    with pytest.raises(BackendUnavailable, match="pip install nvidia-dali-cuda130"):
+        dali_graph.import_dali()
 
 
 def test_importing_feedline_does_not_import_dali():
-    code = ("import sys, feedline, feedline.pipeline.dali_pipeline; "
+    code = ("import sys, feedline, feedline.sources.dali; "
             "sys.exit('nvidia.dali' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
@@ -246,9 +252,9 @@ def test_importing_feedline_does_not_import_dali():
 @pytest.mark.cuda
 def test_mixed_gpu_path_matches_reference(store):
     plans = epoch(store)
-    output = OutputSpec(device="cuda:0")
-    with dali_batches(store, output, device_id=0) as dali:
-        results = list(dali.run(plans))
+    dali = dali_batches(store, OutputSpec(device="cuda:0"))
+    results = list(run(dali))
+    dali.close()
     images, labels = results[0]
     assert images.device == torch.device("cuda", 0) and labels.device == images.device
     assert images.dtype == torch.float32 and images.is_contiguous(memory_format=torch.channels_last)

@@ -1,4 +1,5 @@
 import gc
+import logging
 import shutil
 import threading
 
@@ -9,7 +10,7 @@ from PIL import Image
 
 from feedline import DecodeError, FeedLoader, open_dataset
 from feedline.config import IMAGENET_MEAN, IMAGENET_STD
-from feedline.pipeline.plan import EpochPlan
+from feedline.plan import EpochPlan
 
 
 def decode_threads():
@@ -20,7 +21,8 @@ def reference_batches(loader, epoch):
     """The batches FeedLoader should produce, built with PIL and numpy alone."""
     c = loader.config
     store = loader.store
-    plan = EpochPlan(c.augment, c.seed, epoch, c.shuffle, c.batch_size, c.drop_last, c.rank, c.world_size)
+    plan = EpochPlan(c.augment, c.seed, epoch, c.order, c.batch_size, c.drop_last, c.rank, c.world_size,
+                     c.even_shards)
     h, w = c.augment.size
     for batch in plan.batches(store.labels, store.sizes):
         images = []
@@ -169,12 +171,21 @@ def test_decode_error_reaches_the_consumer_with_index_and_path(folder_with_a_bad
     assert decode_threads() == []
 
 
-def test_substitution_keeps_the_batch_shape(folder_with_a_bad_jpeg):
+def test_substitution_keeps_the_batch_shape_and_is_in_the_ledger(folder_with_a_bad_jpeg, caplog):
     loader = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_threads=2, device="cpu",
                         on_error="substitute", decoder="opencv")
-    batches = collect(loader)
+    bad_index = [loader.store.path(i) for i in range(len(loader.store))].index("class_001/img_0000005.jpg")
+    with caplog.at_level(logging.WARNING, logger="feedline.loader"):
+        batches = collect(loader)
     assert all(x.shape == (4, 3, 32, 32) for x, _ in batches)
     assert loader.stats.substituted == 1
+    [bad] = loader.stats.bad_records
+    assert (bad.epoch, bad.index, bad.path, bad.reason) == (0, bad_index, "class_001/img_0000005.jpg",
+                                                             "cannot decode")
+    assert bad.substitute is not None and bad.substitute != bad_index
+    assert batches[bad.batch][1][bad.position] == loader.store.label(bad.substitute)
+    lines = [r for r in caplog.records if "bad record" in r.getMessage()]
+    assert len(lines) == 1 and "class_001/img_0000005.jpg" in lines[0].getMessage()  # one line per epoch
     again = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_threads=1, device="cpu",
                        on_error="substitute", decoder="opencv")
     for (x, y), (x2, y2) in zip(batches, collect(again)):
@@ -243,5 +254,34 @@ def test_a_decoder_instance_is_used_as_given(packed_lmdb):
     loader = FeedLoader(str(packed_lmdb), batch_size=8, size=32, device="cpu", decoder=fast)
     assert loader.config.decoder == "turbojpeg"
     x, _ = next(iter(loader))
-    assert loader._decoder is fast and x.shape == (8, 3, 32, 32)
+    assert loader.source.decoder is fast and x.shape == (8, 3, 32, 32)
     loader.close()
+
+
+def test_state_of_an_unknown_version_is_refused(packed_lmdb):
+    loader = FeedLoader(str(packed_lmdb), batch_size=6, size=32, device="cpu")
+    state = {**loader.state_dict(), "version": 99}
+    with pytest.raises(ValueError, match=r"version 99.*reads versions 1, 2"):
+        loader.load_state_dict(state)
+    old = {k: v for k, v in loader.state_dict().items() if k not in ("order", "drop_last", "even_shards")}
+    loader.load_state_dict({**old, "version": 1, "shuffle": False, "epoch": 3, "batch": 2})
+    assert loader.state_dict()["epoch"] == 3 and loader.state_dict()["batch"] == 2
+
+
+@pytest.mark.parametrize("world", [2, 3, 5])
+def test_uneven_shards_visit_each_record_once(packed_lmdb, world):
+    """even_shards=False (evaluation): the ranks' record sets are disjoint, cover the data set,
+    and their sizes differ by at most one."""
+    from feedline.plan import EpochPlan
+    shares = []
+    for rank in range(world):
+        loader = FeedLoader(str(packed_lmdb), batch_size=4, size=16, device="cpu", rank=rank,
+                            world_size=world, even_shards=False, train=False)
+        c = loader.config
+        plan = EpochPlan(c.augment, c.seed, 0, c.order, c.batch_size, c.drop_last, rank, world, False)
+        indices = np.concatenate([p.indices for p in plan.batches(loader.store.labels, loader.store.sizes)])
+        assert len(indices) == loader.samples_per_rank and len(loader) == -(-len(indices) // 4)
+        assert sum(len(y) for _, y in loader) == len(indices)
+        shares.append(set(indices.tolist()))
+    assert sum(len(s) for s in shares) == 48 and set().union(*shares) == set(range(48))
+    assert max(map(len, shares)) - min(map(len, shares)) <= 1

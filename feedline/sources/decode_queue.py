@@ -10,19 +10,19 @@ workers while its batch is being filled and read only by the consumer between
 from __future__ import annotations
 
 import collections
-import logging
 import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator
 
+from ..choices import OnError
 from ..decoders.base import Box, Decoder
+from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
-from .plan import BatchPlan, EpochPlan
+from .records import bad_record, read_record, record_error
 from .ring import BatchRing
-from .substitute import MAX_ATTEMPTS, record_error, substitute_sample
+from .substitute import MAX_ATTEMPTS, substitute_sample
 
-log = logging.getLogger(__name__)
 
 _CLAIM = 2          # samples a worker takes at once: fewer lock round trips, still balanced
 
@@ -41,7 +41,7 @@ class DecodeQueue:
     """Owns its threads: started in ``__init__``, stopped and joined by ``close()``."""
 
     def __init__(self, store, decoder: Decoder, ring: BatchRing, plans: Iterator[BatchPlan],
-                 epoch_plan: EpochPlan, num_threads: int, on_error: str, stats: LoaderStats,
+                 epoch_plan: EpochPlan, num_threads: int, on_error: OnError, stats: LoaderStats,
                  converter=None):
         """``converter``, when given, turns each decoded sample into its final form in the
         decode thread: ``new_batch(n)`` makes a batch's output, ``convert_sample(sample,
@@ -148,32 +148,34 @@ class DecodeQueue:
         out = self._ring.images_np[batch.slot, j]
         t0 = time.perf_counter()
         try:
-            data = self._store.read(index)
+            data = read_record(self._store, index)
             t1 = time.perf_counter()
             self._decoder.decode_into(data, Box(*plan.boxes[j]), bool(plan.flips[j]), out)
         except Exception as exc:
-            if self._on_error == "raise":
+            if self._on_error is OnError.RAISE:
+                self._stats.ledger.add(bad_record(self._store, plan, j, exc, None))
                 raise record_error(self._store, index, exc) from exc
-            self._substitute(batch, j, index, exc)
+            self._substitute(batch, j, exc)
             t1 = t0
         t2 = time.perf_counter()
         if self._converter is not None:
             self._converter.convert_sample(out, batch.output, j)
         return t1 - t0, t2 - t1, time.perf_counter() - t2
 
-    def _substitute(self, batch: _Batch, j: int, index: int, first_error: Exception) -> None:
+    def _substitute(self, batch: _Batch, j: int, error: Exception) -> None:
         """Fill slot j with another record chosen by a pure function of (seed, epoch, index),
-        the same rule as the DALI path, with the crop and flip it has as an ordinary sample."""
-        ep = self._epoch_plan
+        the same rule as every source, with the crop and flip it has as an ordinary sample."""
+        ep, store, plan = self._epoch_plan, self._store, batch.plan
+        index = int(plan.indices[j])
         for attempt in range(MAX_ATTEMPTS):
-            other, box, flip = substitute_sample(ep.spec, ep.seed, ep.epoch, index, attempt, self._store.sizes)
+            other, box, flip = substitute_sample(ep.spec, ep.seed, ep.epoch, index, attempt, store.sizes)
             try:
-                self._decoder.decode_into(self._store.read(other), Box(*box), flip,
+                self._decoder.decode_into(read_record(store, other), Box(*box), flip,
                                           self._ring.images_np[batch.slot, j])
             except Exception:
                 continue
-            self._ring.labels_np[batch.slot, j] = self._store.label(other)
-            self._stats.add(substituted=1)
-            log.warning("%s; replaced by record %d (on_error='substitute')", record_error(self._store, index, first_error), other)
+            self._ring.labels_np[batch.slot, j] = store.label(other)
+            self._stats.ledger.add(bad_record(store, plan, j, error, other))
             return
-        raise record_error(self._store, index, first_error)
+        self._stats.ledger.add(bad_record(store, plan, j, error, None))
+        raise record_error(store, index, error)

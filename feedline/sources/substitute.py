@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..augment import AugmentSpec, plan as plan_augment, uniforms
-from ..errors import DecodeError
 
 # The uniforms stream reserved for substitutes: crop and flip draws use stream 0.
 SUBSTITUTE_STREAM = 0x5B57
@@ -37,13 +36,3 @@ def substitute_sample(spec: AugmentSpec, seed: int, epoch: int, index: int, atte
     boxes, flips = plan_augment(spec, seed, epoch, [sub], [h], [w])
     return sub, boxes[0], bool(flips[0])
 
-
-def record_error(store, index: int, reason) -> DecodeError:
-    """The error a bad record raises in the consumer, from either pipeline: its index,
-    source path and file, what went wrong, and what to do."""
-    if isinstance(reason, DecodeError) and reason.index == index:
-        return reason
-    path = store.path(index)
-    return DecodeError(f"record {index} ({path}) of {store.filename} failed to decode: {reason}. "
-                       "Check it with `feedline verify`, or pass on_error='substitute'.",
-                       index=index, path=path)

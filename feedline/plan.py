@@ -1,16 +1,15 @@
 """What one batch is, decided before any decoding: the contract between the loader
-(which plans batches) and the pipelines that fill them (decode threads or DALI)."""
+(which plans an epoch) and the batch sources that fill its batches."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
-from ..augment import AugmentSpec, plan as plan_augment
-from ..order import batch_count, epoch_order, shard
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+from .augment import AugmentSpec, plan as plan_augment
+from .choices import Order
+from .order import batch_count, epoch_order, shard
 
 
 @dataclass(frozen=True)
@@ -28,36 +27,33 @@ class BatchPlan:
 
 @dataclass(frozen=True)
 class EpochPlan:
-    """Everything needed to plan the batches of one epoch on one rank."""
+    """Everything needed to plan the batches of one epoch on one rank: a pure function of
+    these fields and the store's labels and sizes."""
 
     spec: AugmentSpec
     seed: int
     epoch: int
-    shuffle: bool
+    order: Order
     batch_size: int
     drop_last: bool
     rank: int = 0
     world_size: int = 1
+    even_shards: bool = True
 
     def samples(self, n: int) -> np.ndarray:
-        return shard(epoch_order(n, self.seed, self.epoch, self.shuffle), self.rank, self.world_size)
+        """The record indices this rank visits in this epoch, in order."""
+        order = epoch_order(n, self.seed, self.epoch, self.order is not Order.SEQUENTIAL)
+        return shard(order, self.rank, self.world_size, pad=self.even_shards)
 
-    def batches(self, labels: np.ndarray, sizes: np.ndarray, start: int = 0):
-        """Yield the BatchPlans of this epoch from batch number ``start`` on."""
+    def count(self, n: int) -> int:
+        """Batches of this epoch on this rank."""
+        return batch_count(len(self.samples(n)), self.batch_size, self.drop_last)
+
+    def batches(self, labels: np.ndarray, sizes: np.ndarray, start: int = 0) -> Iterator[BatchPlan]:
+        """The BatchPlans of this epoch from batch number ``start`` on."""
         samples = self.samples(len(labels))
         for number in range(start, batch_count(len(samples), self.batch_size, self.drop_last)):
             idx = samples[number * self.batch_size:(number + 1) * self.batch_size]
             hw = sizes[idx]
             boxes, flips = plan_augment(self.spec, self.seed, self.epoch, idx, hw[:, 0], hw[:, 1])
             yield BatchPlan(self.epoch, number, idx, boxes, flips, labels[idx])
-
-
-@dataclass(frozen=True)
-class OutputSpec:
-    """What the consumer receives: N x C x H x W, normalized (or uint8 when mean is None)."""
-
-    mean: tuple[float, float, float] | None = IMAGENET_MEAN  # on the 0..1 scale, as torchvision
-    std: tuple[float, float, float] | None = IMAGENET_STD
-    dtype: object = None          # torch.dtype; float32 when None (uint8 when mean is None)
-    channels_last: bool = True
-    device: str = "cpu"

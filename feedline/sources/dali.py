@@ -1,0 +1,214 @@
+"""DaliBatches: one NVIDIA DALI pipeline decodes, crops, resizes, mirrors and normalizes the
+batches feedline plans, so order, sharding, resume, labels and bad-record handling stay
+feedline's (see dali_graph for the pipeline itself)."""
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from ..choices import OnError
+from ..config import LoaderConfig
+from ..errors import DecodeError
+from ..plan import BatchPlan, EpochPlan
+from ..stats import LoaderStats
+from .dali_graph import build_pipeline, dali_reason, import_dali, to_torch
+from .records import bad_record, read_record, record_error
+from .substitute import MAX_ATTEMPTS, substitute_sample
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Fed:
+    """A batch handed to DALI: the plan as feedline made it and the labels of what was fed."""
+    plan: BatchPlan
+    indices: np.ndarray   # records actually decoded (substitutes in place of bad records)
+    labels: np.ndarray
+
+
+class DaliBatches:
+    """A BatchSource on DALI: device 'mixed' (nvJPEG and the hardware JPEG decoder) on a CUDA
+    output device, CPU operators otherwise.
+
+    Concurrency: DALI owns its worker threads and runs ``prefetch`` batches ahead; feedline
+    code runs only in the consumer's thread, where DALI calls ``_next_inputs`` to read the
+    next batch's bytes. Bad records: a read or checksum failure is found when the batch is
+    fed; a decode failure makes DALI fail the batch, after which the batches in flight are
+    checked record by record with feedline's CPU decoder, the bad ones remembered, and the
+    batches fed again with their substitutes (the rule every source shares).
+    """
+
+    def __init__(self, store, config: LoaderConfig):
+        self.store, self.config = store, config
+        self._dali = import_dali()
+        self._pipe = None
+        self._bad: dict[int, BaseException] = {}  # records known bad; grows only with bad records
+        self._checker = None                      # a CPU decoder, built at the first failure
+        self._epoch: EpochPlan | None = None
+        self._stats: LoaderStats | None = None
+        self._plans: Iterator[BatchPlan] | None = None
+        self._refeed: deque[BatchPlan] = deque()  # plans to feed again after a pipeline rebuild
+        self._inflight: deque[_Fed] = deque()     # fed to DALI, outputs not yet taken; oldest first
+        self._stopping = False
+
+    # -- feeding -------------------------------------------------------------------------
+
+    def _next_inputs(self):
+        """DALI's external_source callback: the next batch's inputs, StopIteration at the end."""
+        if self._stopping or self._plans is None:
+            raise StopIteration
+        plan = self._refeed.popleft() if self._refeed else next(self._plans)
+        fed, boxes, flips, encoded = self._prepare(plan)
+        self._inflight.append(fed)
+        return encoded, boxes[:, :2].astype(np.int32), boxes[:, 2:].astype(np.int32), flips.astype(np.int32)
+
+    def _prepare(self, plan: BatchPlan):
+        indices, labels = plan.indices.copy(), plan.labels.copy()
+        boxes, flips = plan.boxes.copy(), plan.flips.copy()
+        encoded = []
+        for k, original in enumerate(plan.indices.tolist()):
+            while True:
+                if original in self._bad:
+                    indices[k], boxes[k], flips[k] = self._substitute(plan, k)
+                    labels[k] = self.store.labels[indices[k]]
+                try:
+                    # DALI copies the bytes when they are fed, before the store's buffer can change.
+                    encoded.append(np.frombuffer(read_record(self.store, int(indices[k])), dtype=np.uint8))
+                    break
+                except Exception as exc:  # a read or checksum failure: a bad record, as in every source
+                    self._found_bad(int(indices[k]), exc, plan, k)
+        return _Fed(plan, indices, labels), boxes, flips, encoded
+
+    def _substitute(self, plan: BatchPlan, k: int):
+        index = int(plan.indices[k])
+        ep = self._epoch
+        for attempt in range(MAX_ATTEMPTS):
+            sub, box, flip = substitute_sample(ep.spec, ep.seed, ep.epoch, index, attempt, self.store.sizes)
+            if sub not in self._bad:
+                self._stats.ledger.add(bad_record(self.store, plan, k, self._bad[index], sub))
+                return sub, box, flip
+        self._stats.ledger.add(bad_record(self.store, plan, k, self._bad[index], None))
+        raise record_error(self.store, index, self._bad[index])
+
+    def _found_bad(self, index: int, exc: BaseException, plan: BatchPlan, k: int) -> None:
+        """Record ``index`` is bad: raise (on_error='raise') or remember it for substitution."""
+        if self.config.on_error is OnError.RAISE:
+            if index == int(plan.indices[k]):
+                self._stats.ledger.add(bad_record(self.store, plan, k, exc, None))
+            raise record_error(self.store, index, exc) from exc
+        self._bad.setdefault(index, exc)
+
+    # -- failures --------------------------------------------------------------------------
+
+    def _check(self, index: int) -> BaseException | None:
+        """Why record ``index`` does not decode to the size the store records, or None."""
+        if self._checker is None:
+            from ..decoders import get_decoder
+            self._checker = get_decoder("auto")
+        try:
+            h, w = self._checker.decode(read_record(self.store, index)).shape[:2]
+        except Exception as exc:  # any failure of the decoder is this record's problem
+            return exc
+        if (h, w) != self.store.size(index):
+            expected = self.store.size(index)
+            return DecodeError(f"decodes to {h}x{w}, but the store records {expected[0]}x{expected[1]}")
+        return None
+
+    def _recover(self, exc: Exception):
+        """DALI failed a batch and its pipeline is no longer valid: find the bad records of
+        the batches in flight, raise or remember them, and rebuild the pipeline."""
+        failed = list(self._inflight)
+        self._discard()
+        for fed in failed:  # the oldest is the batch DALI reported; look further only if it is clean
+            found = [(k, i, why) for k, i in enumerate(fed.indices.tolist()) if (why := self._check(i))]
+            if found:
+                break
+        else:
+            where = f"batch {failed[0].plan.number} of epoch {failed[0].plan.epoch}" if failed else "a batch"
+            raise DecodeError(f"DALI failed on {where} ({dali_reason(exc)}), but each of its records "
+                              "decodes on the CPU to the size the store records") from exc
+        for k, index, why in found:
+            self._found_bad(index, why, fed.plan, k)
+        self._refeed.extendleft(f.plan for f in reversed(failed))
+        pipe = self._pipeline()
+        pipe.schedule_run()
+        return pipe
+
+    # -- iteration ---------------------------------------------------------------------------
+
+    def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self._epoch, self._stats = epoch, stats
+        self._plans = epoch.batches(self.store.labels, self.store.sizes, start)
+        self._stopping = False
+        self._refeed.clear()
+        self._inflight.clear()
+        finished = False
+        try:
+            pipe = self._pipeline()
+            pipe.schedule_run()  # the first call fills the prefetch queue
+            while True:
+                try:
+                    outputs = pipe.share_outputs(self._stream())
+                except StopIteration:
+                    break
+                except RuntimeError as exc:  # DALI's report of a failed batch
+                    pipe = self._recover(exc)
+                    continue
+                fed = self._inflight.popleft()
+                images = to_torch(self._dali, outputs[0], self.config, self._stream())
+                pipe.release_outputs()
+                labels = torch.from_numpy(fed.labels.astype(np.int64)).to(self.config.output.device,
+                                                                          non_blocking=True)
+                pipe.schedule_run()  # DALI works on the next batch while the consumer trains
+                yield images, labels
+            pipe.reset()
+            finished = True
+        finally:
+            if not finished:
+                self._drain()
+            self._plans = None
+            self._refeed.clear()
+
+    def _pipeline(self):
+        if self._pipe is None:
+            self._pipe = build_pipeline(self._dali, self.config, self._next_inputs)
+        return self._pipe
+
+    def _discard(self) -> None:
+        # Dropping the last reference shuts DALI's threads down (Pipeline.__del__).
+        self._pipe = None
+        self._inflight.clear()
+
+    def _drain(self) -> None:
+        """Take the batches still in flight so the pipeline can be reused; drop it on failure."""
+        pipe = self._pipe
+        if pipe is None:
+            return
+        self._stopping = True
+        try:
+            pipe.schedule_run()  # our callback ends the epoch; DALI then returns what is in flight
+            while True:
+                try:
+                    pipe.share_outputs()
+                except StopIteration:
+                    break
+                pipe.release_outputs()
+            pipe.reset()
+            self._inflight.clear()
+        except Exception:  # a failed or half-scheduled pipeline cannot be reused: build anew
+            log.debug("dropping the DALI pipeline after an interrupted run", exc_info=True)
+            self._discard()
+        finally:
+            self._stopping = False
+
+    def _stream(self):
+        output = self.config.output
+        return torch.cuda.current_stream(torch.device(output.device)) if output.on_cuda else None
+
+    def close(self) -> None:
+        self._discard()

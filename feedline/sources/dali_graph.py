@@ -1,0 +1,91 @@
+"""The DALI side of DaliBatches: importing DALI, the pipeline graph, and its outputs as
+torch tensors. DALI is imported when a pipeline is built, never at ``import feedline``."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Callable
+
+import torch
+
+from ..config import LoaderConfig
+from ..errors import BackendUnavailable
+
+INSTALL = "pip install nvidia-dali-cuda130 (or, from a feedline clone, pip install '.[dali]')"
+
+
+def import_dali() -> SimpleNamespace:
+    """The parts of DALI used here; BackendUnavailable, saying how to install it, when missing."""
+    try:
+        from nvidia.dali import fn, types
+        from nvidia.dali.pipeline import Pipeline
+        from nvidia.dali.plugin.pytorch import feed_ndarray
+    except (ImportError, OSError) as exc:
+        raise BackendUnavailable(f"decoder='dali' needs NVIDIA DALI, which cannot be imported ({exc}). "
+                                 f"Install it with: {INSTALL}") from None
+    return SimpleNamespace(fn=fn, types=types, Pipeline=Pipeline, feed_ndarray=feed_ndarray)
+
+
+def device_id_of(config: LoaderConfig) -> int | None:
+    """The GPU DALI decodes on, or None for its CPU-only pipeline."""
+    return torch.device(config.output.device).index if config.output.on_cuda else None
+
+
+def build_pipeline(dali: SimpleNamespace, config: LoaderConfig, inputs: Callable):
+    """A built pipeline that takes (jpegs, crop anchors, crop shapes, mirror flags) per batch
+    from ``inputs`` and gives the finished images: decode the crop, resize, mirror, normalize."""
+    out, types, fn = config.output, dali.types, dali.fn
+    device_id = device_id_of(config)
+    pipe = dali.Pipeline(batch_size=config.batch_size, num_threads=config.num_threads, device_id=device_id,
+                         prefetch_queue_depth=config.prefetch, exec_async=True, exec_pipelined=True,
+                         exec_dynamic=True)
+    # (x / 255 - mean) / std on the 0..1 scale is (x - 255 mean) / (255 std) on DALI's 0..255.
+    mean = [255.0 * m for m in out.mean] if out.mean is not None else [0.0]
+    std = [255.0 * s for s in out.std] if out.mean is not None else [1.0]
+    with pipe:
+        jpegs, anchors, shapes, mirrors = fn.external_source(
+            source=inputs, num_outputs=4, batch=True, dtype=[types.UINT8, types.INT32, types.INT32, types.INT32])
+        # image_slice, not image_random_crop: the crop box is feedline's pure function of
+        # (seed, epoch, index), so DALI crops exactly the other sources' boxes (resume, sharding).
+        # Store sizes ignore EXIF, as every decoder here does; on the GPU, nvJPEG upsamples
+        # chroma as libjpeg-turbo does (fancy upsampling), so both give the same pixels.
+        decode = {"device": "cpu"} if device_id is None else {"device": "mixed", "jpeg_fancy_upsampling": True}
+        images = fn.decoders.image_slice(jpegs, anchors, shapes, axis_names="HW", output_type=types.RGB,
+                                         adjust_orientation=False, **decode)
+        images = fn.resize(images, size=list(config.augment.size), antialias=True, interp_type=types.INTERP_LINEAR)
+        images = fn.crop_mirror_normalize(images, mirror=mirrors, mean=mean, std=std,
+                                          dtype=_dali_dtype(types, out_dtype(config)),
+                                          output_layout="HWC" if out.channels_last else "CHW")
+        pipe.set_outputs(images)
+    pipe.build()
+    return pipe
+
+
+def out_dtype(config: LoaderConfig) -> torch.dtype:
+    out = config.output
+    return out.dtype or (torch.uint8 if out.mean is None else torch.float32)
+
+
+def to_torch(dali: SimpleNamespace, batch, config: LoaderConfig, stream) -> torch.Tensor:
+    """Copy DALI's output into a tensor torch owns, on the consumer's stream (device to device
+    on the GPU), so torch's allocator governs its lifetime."""
+    tensor = batch.as_tensor()
+    dtype = out_dtype(config)
+    native = {torch.uint8: torch.uint8, torch.float16: torch.float16}.get(dtype, torch.float32)
+    images = torch.empty(tensor.shape(), dtype=native, device=config.output.device)
+    dali.feed_ndarray(tensor, images, cuda_stream=stream)
+    if config.output.channels_last:
+        images = images.permute(0, 3, 1, 2)  # NHWC memory seen as NCHW: channels_last, no copy
+    return images.to(dtype) if images.dtype != dtype else images
+
+
+def dali_reason(exc: Exception) -> str:
+    """The informative line of a DALI error, which otherwise opens with the pipeline's
+    traceback and ends with boilerplate."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(("Current pipeline object", "C++ context"))]
+    return lines[-1] if lines else repr(exc)
+
+
+def _dali_dtype(types, dtype: torch.dtype):
+    # DALI has no bfloat16 (or float64): it writes float32 and torch converts on the output device.
+    return {torch.uint8: types.UINT8, torch.float16: types.FLOAT16}.get(dtype, types.FLOAT)
