@@ -9,7 +9,7 @@ import numpy as np
 
 from .augment import AugmentSpec, plan as plan_augment
 from .choices import Order
-from .order import batch_count, epoch_order, shard
+from .order import batch_count, epoch_order, quasi_random_order, shard
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,15 @@ class EpochPlan:
     rank: int = 0
     world_size: int = 1
     even_shards: bool = True
+    block: int = 16       # quasi-random order: records per block read in one go
+    window: int = 256     # ... and blocks shuffled together
 
     def samples(self, n: int) -> np.ndarray:
         """The record indices this rank visits in this epoch, in order."""
-        order = epoch_order(n, self.seed, self.epoch, self.order is not Order.SEQUENTIAL)
+        if self.order is Order.QUASI_RANDOM:
+            order = quasi_random_order(n, self.seed, self.epoch, self.block, self.window)
+        else:
+            order = epoch_order(n, self.seed, self.epoch, self.order is not Order.SEQUENTIAL)
         return shard(order, self.rank, self.world_size, pad=self.even_shards)
 
     def count(self, n: int) -> int:
