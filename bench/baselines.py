@@ -112,8 +112,10 @@ def dali_cpu_stream(folder: str, batch_size: int, threads: int, device: str,
                     size: int = 224) -> LoaderStream:
     """fn.readers.file -> fn.decoders.image_random_crop (cpu) -> fn.resize ->
     fn.crop_mirror_normalize, device_id=None, through DALI's PyTorch iterator."""
-    from nvidia.dali import fn, pipeline_def, types
-    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+    from bench.common import quiet_stderr
+    with quiet_stderr():   # DALI loads nvImageCodec, whose missing TIFF/JPEG 2000 plug-ins print from C
+        from nvidia.dali import fn, pipeline_def, types
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
     @pipeline_def(batch_size=batch_size, num_threads=threads, device_id=None, seed=0)
     def pipeline():
@@ -140,21 +142,12 @@ def dali_cpu_stream(folder: str, batch_size: int, threads: int, device: str,
 
 
 # -- FeedLoader -----------------------------------------------------------------------
-def feedloader_decoder(name: str):
-    """A registered decoder name, or "turbojpeg-fast": turbojpeg with libjpeg-turbo's fast
-    DCT and fast chroma upsampling (less exact, as FFCV decodes)."""
-    if name == "turbojpeg-fast":
-        from feedline.decoders import get_decoder
-        return get_decoder("turbojpeg", fast_dct=True, fast_upsample=True)
-    return name
-
-
-def feedloader_stream(packed: str, batch_size: int, threads: int, device: str, decoder: str,
+def feedloader_stream(packed: str, batch_size: int, threads: int, device: str, decoder: str = "auto",
                       size: int = 224) -> LoaderStream:
+    """FeedLoader with its defaults but for the decoder asked for ("auto": the default)."""
     from feedline.loader import FeedLoader
     loader = FeedLoader(packed, batch_size=batch_size, shuffle=True, train=True, size=size,
-                        decoder=feedloader_decoder(decoder), num_threads=threads, device=device,
-                        drop_last=True)
+                        decoder=decoder, num_threads=threads, device=device, drop_last=True)
     stream = forever(lambda: loader)
     close_stream = _closer(stream)
 

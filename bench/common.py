@@ -9,7 +9,9 @@ Ratios printed next to rates are the quotient of the medians printed beside them
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import statistics
 import sys
@@ -17,7 +19,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
@@ -55,10 +57,27 @@ def rates(count: float, seconds: Sequence[float]) -> Spread:
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
-    """numerator / denominator of two printed medians; None when either is missing."""
-    if numerator is None or denominator is None or denominator == 0:
+    """numerator / denominator as the table prints them (`printed`), so that a reader who
+    divides the two printed medians finds the printed ratio; None when either is missing."""
+    if numerator is None or denominator is None or not printed(denominator):
         return None
-    return numerator / denominator
+    return printed(numerator) / printed(denominator)
+
+
+# -- native libraries that print on stderr -------------------------------------------
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 pointed at /dev/null: nvImageCodec prints, from C, that the
+    nvJPEG2000 and nvTIFF plug-ins are missing, which does not concern JPEG decoding."""
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 # -- targets -------------------------------------------------------------------------
@@ -117,7 +136,8 @@ def _jsonable(value):
 
 
 def fmt(value, digits: int = 3) -> str:
-    """A table cell: None -> '-', numbers to about ``digits`` significant figures."""
+    """A table cell: None -> '-', numbers to ``digits`` significant figures (all the
+    digits of the integer part when it is longer)."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -125,14 +145,20 @@ def fmt(value, digits: int = 3) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
-        if value != value:  # NaN
+        if not math.isfinite(value):
             return "-"
-        magnitude = abs(value)
-        if magnitude >= 10 ** (digits - 1):
-            return f"{value:,.0f}"
-        decimals = digits - 1 - (len(str(int(magnitude))) - 1 if magnitude >= 1 else 0)
-        return f"{value:.{max(decimals, 0)}f}"
+        if value == 0:
+            return "0"
+        decimals = digits - 1 - math.floor(math.log10(abs(value)))
+        if decimals > 0 and abs(round(value, decimals)) >= 10 ** (digits - decimals):
+            decimals -= 1   # 9.996 rounds up to 10.0, not 10.00
+        return f"{value:,.{max(decimals, 0)}f}"
     return str(value)
+
+
+def printed(value: float) -> float:
+    """``value`` rounded as `fmt` prints it."""
+    return float(fmt(float(value)).replace(",", ""))
 
 
 def format_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]]) -> str:

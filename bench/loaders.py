@@ -1,34 +1,35 @@
-"""Loader benchmark: FeedLoader against a torch DataLoader decoding with PIL, a DALI CPU
-pipeline and the libjpeg-turbo decode floor, side by side in one run, on the same
-images, with the same work (random-resized crop 224 + flip + normalize to float32,
-``drop_last``) and the same number of cores.
+"""Loader benchmark: FeedLoader (its defaults, decoder="auto") against a torch DataLoader
+decoding with PIL, a DALI CPU pipeline and the decode floor, side by side in one run,
+on the same images, with the same work and the same number of cores.
 
-Each loader is an endless stream of batches, created and warmed up once. A
-measurement first drains a few batches untimed (whatever the loader buffered while
-idle), then times ``batches`` batches; the repeats are interleaved across loaders, in
-a rotating order, so noise on a shared machine hits all alike. The decode floor is
-the single-thread full-decode rate of libjpeg-turbo times the thread count, measured
-in the same rounds (with, for reference, the same decode over a pool of all threads,
-which shows how far one core's rate scales on this machine). FeedLoader's resident memory over epochs is measured in a
-process of its own.
+    python bench/loaders.py [DATA] [--quick] [--threads T] [--repeats R] [--batches N] [--decoders NAMES]
+
+The work per image: random-resized crop 224 (scale 0.08-1, ratio 3/4-4/3), flip with
+p=0.5, normalize to float32 N x 3 x 224 x 224, drop_last. Each loader is an endless
+stream of batches, started and warmed up once. A measurement drains a few batches
+untimed (what the loader buffered while idle), then times ``batches`` batches,
+counting the images delivered. Rounds are interleaved across loaders in a rotating
+order, so noise on a shared machine hits all alike; each row shows the median rate.
+The x columns are quotients of the printed medians. The decode floor (bench.floor)
+is measured in the same rounds. FeedLoader's resident memory over epochs is measured
+in a process of its own. Writes bench/results/loaders.json and .png.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
-import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):  # `python bench/loaders.py`: the repository root, not bench/, on sys.path
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from bench.args import run_main  # noqa: E402
+from bench import floor  # noqa: E402
+from bench.args import names, run_main  # noqa: E402
 from bench.chart import save_bar_chart  # noqa: E402
-from bench.common import Spread, format_table, say, write_results  # noqa: E402
+from bench.common import Spread, format_table, ratio, say, target, targets_table, write_results  # noqa: E402
 from bench.data import prepare_data, read_encoded  # noqa: E402
 from bench.machine import machine_info, machine_line  # noqa: E402
 from feedline.config import usable_cores  # noqa: E402
@@ -36,12 +37,11 @@ from feedline.config import usable_cores  # noqa: E402
 log = logging.getLogger(__name__)
 
 NAME = "loaders"
-DATALOADER, DALI_CPU, FLOOR = "torch-dataloader-pil", "dali-cpu", "decode-floor"
-POOL = "decode-pool"   # the same decode over a pool of all threads: how far 1 thread x cores scales
-FEEDLINE_DECODERS = ("turbojpeg", "opencv", "turbojpeg-fast")
-# (what, denominator row, minimum ratio): the targets on a 2-core CPU machine
-TARGETS = ((DATALOADER, 2.5), (DALI_CPU, 1.8), (FLOOR, 0.9))
+FEEDLINE, DATALOADER, DALI_CPU, FLOOR = "feedline", "torch-dataloader-pil", "dali-cpu", "decode-floor"
+# (denominator row, ratio column, minimum of FeedLoader's default over it), set for 2 cores
+TARGETS = ((DATALOADER, "x_dataloader", 2.5), (DALI_CPU, "x_dali_cpu", 1.8), (FLOOR, "x_floor", 0.9))
 RSS_GROWTH_LIMIT_PCT = 2.0
+WORK = "random-resized crop 224 (scale 0.08-1, ratio 3/4-4/3) + flip p=0.5 + normalize to float32, drop_last"
 
 
 @dataclass(frozen=True)
@@ -55,19 +55,20 @@ class LoaderBenchOptions:
     drain: int | None = None    # untimed batches before each measurement; None: 2 x threads + 2
     threads: int | None = None  # workers / threads of every loader; None: the usable cores
     device: str | None = None   # FeedLoader's device; None: cuda when available, else cpu
+    decoders: tuple[str, ...] = ()   # more FeedLoader rows, one per decoder name
     epochs_rss: int = 5         # FeedLoader epochs for the memory check; 0 skips it
-    floor_images: int = 200     # images of the decode-floor measurement
+    floor_images: int = 200     # images of each decode-floor pass
     out: str | None = None
     cache_dir: str | None = None
     chart: bool = True
-    only: tuple[str, ...] | None = None   # row names to run; None: all
+    only: tuple[str, ...] | None = None   # loader rows to run; None: all (the floor always runs)
 
     def __post_init__(self):
         for name in ("n", "batch_size", "batches", "repeats", "floor_images"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0 or self.epochs_rss < 0 or (self.drain is not None and self.drain < 0):
-            raise ValueError("warmup, drain and epochs_rss must be >= 0")
+            raise ValueError("--warmup, --drain and --epochs-rss must be >= 0")
 
 
 QUICK = {"n": 32, "batch_size": 8, "batches": 2, "repeats": 1, "warmup": 1, "drain": 1,
@@ -89,38 +90,43 @@ def run_loader_bench(options: LoaderBenchOptions) -> dict:
 
     streams, reasons, descriptions = _start_streams(options, data, threads, device)
     floor_images = read_encoded(data, options.floor_images)
-    samples: dict[str, list[float]] = {name: [] for name in [*streams, FLOOR, POOL]}
-    images_per_measure = batches * options.batch_size
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="bench-floor")
+    boxes = floor.crop_boxes(floor_images)
+    region_decoders, floor_reasons = floor.open_region_decoders()
+    measured: dict[str, list[dict]] = {name: [] for name in streams}
+    passes: dict[str, list[floor.FloorMeasurement]] = {name: [] for name in region_decoders}
     for r in range(options.repeats):
-        names = [*streams, FLOOR, POOL]
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            if name == FLOOR:
-                samples[name].append(_floor_rate(floor_images) * threads)
-            elif name == POOL:
-                samples[name].append(_floor_rate(floor_images, pool))
+        order = [*streams, *region_decoders]
+        for name in order[r % len(order):] + order[:r % len(order)]:
+            if name in streams:
+                measured[name].append(_measure(streams[name].batches, batches, drain, device))
             else:
-                seconds = _measure(streams[name].batches, batches, drain, device)
-                samples[name].append(images_per_measure / seconds)
-        say(f"  repeat {r + 1}/{options.repeats}: " + ", ".join(f"{n} {samples[n][-1]:.0f}/s" for n in names))
-    pool.shutdown()
+                passes[name].append(floor.time_region_decode(name, region_decoders[name], floor_images, boxes))
+        say(f"  round {r + 1}/{options.repeats} done")
     stats = {name: stream.stats() for name, stream in streams.items()}
     for stream in streams.values():
         stream.close()
 
-    rows = _rows(options, samples, reasons, descriptions, threads, device, stats)
+    rows = [_loader_row(name, descriptions[name], measured.get(name), reasons.get(name), threads, device,
+                        options.batch_size, batches, stats.get(name)) for name in descriptions]
+    rows.append(_floor_row(passes, floor_reasons, threads))
+    _add_ratios(rows)
     rss = _rss(options, data, threads, device)
     targets = _targets(rows, rss)
-    say(format_table(rows, [("loader", "name"), ("img/s", "images_per_s"), ("min", "images_per_s_min"),
-                            ("max", "images_per_s_max"), ("xDataLoader", "ratio"),
-                            ("xDALI-CPU", "ratio_vs_dali_cpu"), ("xfloor", "ratio_vs_floor"), ("note", "reason")]))
     say("")
-    say(format_table(targets, [("target", "check"), ("measured", "measured"), ("needed", "target"),
-                               ("pass", "passed")]))
+    say(format_table(rows, [("loader", "name"), ("img/s", "images_per_s"), ("min", "images_per_s_min"),
+                            ("max", "images_per_s_max"), ("xDataLoader", "x_dataloader"),
+                            ("xDALI-CPU", "x_dali_cpu"), ("xfloor", "x_floor"), ("note", "reason")]))
+    say(f"img/s: median of {options.repeats} interleaved rounds; x columns: this row's img/s over that row's, "
+        f"as printed. Floor: {rows[-1]['description']}.")
+    say("")
+    say(targets_table(targets))
+    if threads != 2:
+        say(f"(the targets are set for 2 cores; this run used {threads})")
     if rss.get("rss_mib"):
         say(f"FeedLoader RSS after each epoch (MiB): {', '.join(f'{v:.0f}' for v in rss['rss_mib'])}; "
             f"growth {rss['growth_pct']:+.2f}%")
     params = dataclasses.asdict(options) | {"threads": threads, "device": device, "drain": drain, "batches": batches,
+                                            "images_per_measurement": batches * options.batch_size,
                                             "data": data.to_dict(), "work": WORK}
     path = write_results(NAME, rows, params, options.out, machine, targets=targets, rss=rss)
     say(f"wrote {path}")
@@ -135,33 +141,31 @@ def run_loader_bench(options: LoaderBenchOptions) -> dict:
             "machine": machine}
 
 
-WORK = "random-resized crop 224 (scale 0.08-1, ratio 3/4-4/3) + flip p=0.5 + normalize to float32, drop_last"
-
-
 def _start_streams(options, data, threads: int, device: str):
-    """Name -> LoaderStream for each loader that starts; name -> reason for the others.
-    The DataLoader goes first: its workers fork before any other loader starts threads."""
+    """Name -> LoaderStream for each loader that starts; name -> reason for the others;
+    name -> description for all. The DataLoader goes first: its workers fork before any
+    other loader starts threads."""
     from bench import baselines
     makers = {
-        DATALOADER: ("torch DataLoader, PIL decode + the same augmentation in numpy/torch, "
-                     f"{threads} workers", lambda: baselines.dataloader_stream(
+        DATALOADER: (f"torch DataLoader, {threads} workers: PIL decode, RandomResizedCrop + flip + normalize "
+                     "written with PIL and torch", lambda: baselines.dataloader_stream(
                          str(data.folder), options.batch_size, threads, device)),
-        DALI_CPU: ("DALI pipeline on the CPU: readers.file -> image_random_crop -> resize -> "
+        DALI_CPU: ("DALI CPU pipeline: readers.file -> decoders.image_random_crop -> resize -> "
                    "crop_mirror_normalize", lambda: baselines.dali_cpu_stream(
                        str(data.folder), options.batch_size, threads, device)),
+        FEEDLINE: (f"FeedLoader(decoder='auto', device={device!r}), {threads} threads",
+                   lambda: baselines.feedloader_stream(str(data.packed), options.batch_size, threads, device)),
     }
-    for decoder in FEEDLINE_DECODERS:
+    for decoder in options.decoders:
         makers[f"feedline-{decoder}"] = (
-            f"FeedLoader(decoder={decoder!r}, device={device!r})",
+            f"FeedLoader(decoder={decoder!r}, device={device!r}), {threads} threads",
             lambda decoder=decoder: baselines.feedloader_stream(str(data.packed), options.batch_size, threads,
                                                                 device, decoder))
-    streams, reasons = {}, {}
-    descriptions = {FLOOR: f"libjpeg-turbo full decode (default flags): 1-thread rate x {threads}",
-                    POOL: f"libjpeg-turbo full decode over a pool of {threads} threads (for reference)"}
+    streams, reasons, descriptions = {}, {}, {}
     for name, (description, make) in makers.items():
-        descriptions[name] = description
         if options.only is not None and name not in options.only:
             continue
+        descriptions[name] = description
         stream = None
         try:
             stream = make()
@@ -187,16 +191,19 @@ def _check_first(name: str, stream, batch_size: int) -> None:
                            f"({batch_size}, 3, 224, 224) float32: not the same work")
 
 
-def _measure(stream, batches: int, drain: int, device: str) -> float:
-    """Seconds for ``batches`` batches, after ``drain`` untimed ones."""
+def _measure(stream, batches: int, drain: int, device: str) -> dict:
+    """The images delivered in ``batches`` batches and the seconds they took, after
+    ``drain`` untimed batches."""
     for _ in range(drain):
         next(stream)
     _sync(device)
+    images = 0
     t0 = time.perf_counter()
     for _ in range(batches):
-        next(stream)
+        batch, _labels = next(stream)
+        images += len(batch)
     _sync(device)
-    return time.perf_counter() - t0
+    return {"images": images, "seconds": time.perf_counter() - t0}
 
 
 def _sync(device: str) -> None:
@@ -205,85 +212,67 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _floor_rate(images: list[bytes], pool: ThreadPoolExecutor | None = None) -> float:
-    """Images/s of fully decoding ``images`` with libjpeg-turbo (default flags), in this
-    thread or over ``pool``."""
-    from turbojpeg import TJPF_RGB, TurboJPEG
-    tj = TurboJPEG()
-
-    def decode(data):
-        return tj.decode(data, TJPF_RGB)
-    t0 = time.perf_counter()
-    if pool is None:
-        for data in images:
-            decode(data)
-    else:
-        for _ in pool.map(decode, images):
-            pass
-    return len(images) / (time.perf_counter() - t0)
+def _rates(row: dict, rates: list[float]) -> None:
+    spread = Spread.of(rates)
+    row.update(images_per_s=spread.median, images_per_s_min=spread.min, images_per_s_max=spread.max)
 
 
-def _rows(options, samples, reasons, descriptions, threads: int, device: str, stats: dict) -> list[dict]:
-    order = [DATALOADER, DALI_CPU, *(f"feedline-{d}" for d in FEEDLINE_DECODERS), FLOOR, POOL]
-    rows = []
-    for name in order:
-        if options.only is not None and name not in options.only and name not in (FLOOR, POOL):
-            continue
-        row = {"name": name, "description": descriptions.get(name), "threads": threads,
-               "device": "cpu" if name in (FLOOR, POOL, DALI_CPU) else device, "batch_size": options.batch_size,
-               "available": name not in reasons, "reason": reasons.get(name),
-               "images_per_s": None, "images_per_s_min": None, "images_per_s_max": None, "samples": None,
-               "loader_stats": stats.get(name)}
-        if samples.get(name):
-            spread = Spread.of(samples[name])
-            row.update(images_per_s=spread.median, images_per_s_min=spread.min, images_per_s_max=spread.max,
-                       samples=samples[name])
-        rows.append(row)
+def _loader_row(name, description, measurements, reason, threads, device, batch_size, batches, stats) -> dict:
+    row = {"name": name, "description": description, "threads": threads,
+           "device": "cpu" if name == DALI_CPU else device, "batch_size": batch_size,
+           "images_per_measurement": batches * batch_size, "available": reason is None, "reason": reason,
+           "images_per_s": None, "images_per_s_min": None, "images_per_s_max": None,
+           "measurements": measurements or [], "loader_stats": stats}
+    if measurements:
+        _rates(row, [m["images"] / m["seconds"] for m in measurements])
+    return row
+
+
+def _floor_row(passes: dict[str, list], reasons: dict[str, str], threads: int) -> dict:
+    """The best region decoder's median single-thread rate, times ``threads``."""
+    single = {name: Spread.of([p.images_per_s for p in runs]).median for name, runs in passes.items() if runs}
+    row = {"name": FLOOR, "threads": threads, "device": "cpu", "available": bool(single),
+           "reason": None if single else "no region decoder: " + "; ".join(f"{k}: {v}" for k, v in reasons.items()),
+           "images_per_s": None, "images_per_s_min": None, "images_per_s_max": None,
+           "single_thread_images_per_s": single, "unavailable_decoders": reasons, "measurements": []}
+    if not single:
+        row["description"] = "best single-thread region decode x threads (none available)"
+        return row
+    best = max(single, key=single.get)
+    row.update(decoder=best, measurements=[dataclasses.asdict(p) for p in passes[best]],
+               description=f"{floor.REGION_DECODERS[best][0]}, 1 thread {single[best]:.0f} img/s x {threads}")
+    _rates(row, [p.images_per_s * threads for p in passes[best]])
+    return row
+
+
+def _add_ratios(rows: list[dict]) -> None:
+    """x columns: each row's median rate over the reference row's median rate."""
+    speed = {row["name"]: row["images_per_s"] for row in rows}
     for row in rows:
-        mine = samples.get(row["name"])
-        row["ratio"] = paired_ratio(mine, samples.get(DATALOADER))
-        row["ratio_vs_dali_cpu"] = paired_ratio(mine, samples.get(DALI_CPU))
-        row["ratio_vs_floor"] = paired_ratio(mine, samples.get(FLOOR))
-    return rows
-
-
-def paired_ratio(a: list[float] | None, b: list[float] | None) -> float | None:
-    """The median over rounds of a[r] / b[r]: both measured in the same round, so load
-    that hits one round hits both sides of its ratio."""
-    if not a or not b or len(a) != len(b):
-        return None
-    return statistics.median(x / y for x, y in zip(a, b))
+        for other, column, _ in TARGETS:
+            row[column] = ratio(row["images_per_s"], speed.get(other))
 
 
 def _rss(options, data, threads: int, device: str) -> dict:
-    if options.epochs_rss == 0 or (options.only is not None and "feedline-turbojpeg" not in options.only):
+    if options.epochs_rss == 0 or (options.only is not None and FEEDLINE not in options.only):
         return {"skipped": True}
     from bench.rss import measure_rss_in_subprocess
     say(f"measuring FeedLoader's resident memory over {options.epochs_rss} epochs ...")
     try:
         return measure_rss_in_subprocess(str(data.packed), options.epochs_rss, options.batch_size, threads,
-                                         "turbojpeg", device)
+                                         "auto", device)
     except Exception as exc:
         log.warning("RSS measurement failed: %s", exc)
         return {"error": str(exc)}
 
 
 def _targets(rows: list[dict], rss: dict) -> list[dict]:
-    """Each FeedLoader row against each target ratio, and the memory check."""
-    speed = {r["name"]: r["images_per_s"] for r in rows}
-    key = {DATALOADER: "ratio", DALI_CPU: "ratio_vs_dali_cpu", FLOOR: "ratio_vs_floor"}
-    out = []
-    for row in rows:
-        if not row["name"].startswith("feedline-"):
-            continue
-        for other, needed in TARGETS:
-            measured = row[key[other]]
-            out.append({"check": f"{row['name']} / {other}", "measured": measured, "target": f">= {needed}",
-                        "passed": None if measured is None or speed.get(other) is None else measured >= needed})
-    growth = rss.get("growth_pct")
-    out.append({"check": f"feedline-turbojpeg RSS growth over {rss.get('epochs', '?')} epochs (%)",
-                "measured": growth, "target": f"< {RSS_GROWTH_LIMIT_PCT}",
-                "passed": None if growth is None else growth < RSS_GROWTH_LIMIT_PCT})
+    """FeedLoader's default against each target ratio, and the memory check."""
+    row = next((r for r in rows if r["name"] == FEEDLINE), None)
+    out = [target(f"{FEEDLINE} / {other}", row[column] if row else None, needed) for other, column, needed in TARGETS]
+    if not rss.get("skipped"):
+        out.append(target(f"{FEEDLINE} RSS growth over {rss.get('epochs', '?')} epochs", rss.get("growth_pct"),
+                          RSS_GROWTH_LIMIT_PCT, at_least=False, unit="%"))
     return out
 
 
@@ -296,10 +285,11 @@ def add_arguments(p) -> None:
     p.add_argument("--drain", type=int, metavar="D", help="untimed batches before each measurement "
                                                           "(default 2 x threads + 2)")
     p.add_argument("--device", help="FeedLoader's device (default: cuda when available, else cpu)")
+    p.add_argument("--decoders", type=names, metavar="NAMES",
+                   help="also FeedLoader with each of these decoders (comma-separated), one row each")
     p.add_argument("--epochs-rss", type=int, metavar="E", help="FeedLoader epochs of the memory check "
                                                                "(default 5; 0 skips it)")
-    p.add_argument("--floor-images", type=int, metavar="N", help="images of the decode-floor measurement "
-                                                                 "(default 200)")
+    p.add_argument("--floor-images", type=int, metavar="N", help="images of each decode-floor pass (default 200)")
 
 
 def main(argv: list[str] | None = None) -> int:
