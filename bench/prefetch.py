@@ -21,7 +21,6 @@ if __package__ in (None, ""):  # `python bench/prefetch.py`: the repository root
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from bench import common  # noqa: E402
-from bench.machine import machine_info, machine_line  # noqa: E402
 
 import torch  # noqa: E402
 
