@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-
 from pathlib import Path
 
 if __package__ in (None, ""):  # `python bench/prefetch.py`: the repository root, not bench/, on sys.path
@@ -24,8 +23,8 @@ from bench import common  # noqa: E402
 
 import torch  # noqa: E402
 
-from feedline.pipeline.plan import OutputSpec  # noqa: E402
-from feedline.pipeline.prefetcher import CudaPrefetcher, _normalizer, convert  # noqa: E402
+from feedline.config import OutputSpec  # noqa: E402
+from feedline.sources.prefetcher import CudaPrefetcher, _normalizer, convert  # noqa: E402
 
 
 def stand_in_step(weights: torch.Tensor, images: torch.Tensor, repeats: int) -> torch.Tensor:

@@ -16,14 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:   # bench/ is not installed: import it from this tree
-    sys.path.insert(0, str(ROOT))
+from bench.common import fmt, format_table, printed, ratio, target, targets_table, write_results
+from bench.data import prepare_data, read_encoded
+from bench.machine import machine_info
+from feedline.sample import make_photo_folder
 
-from bench.common import fmt, format_table, printed, ratio, target, targets_table, write_results  # noqa: E402
-from bench.data import prepare_data, read_encoded  # noqa: E402
-from bench.machine import machine_info  # noqa: E402
-from feedline.sample import make_photo_folder  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 TINY_SIZES = [(160, 120), (120, 160), (200, 150)]
 
