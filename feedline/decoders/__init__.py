@@ -1,18 +1,22 @@
 """The decoder registry: backends by name, each imported only when asked for.
 
-``get_decoder("turbojpeg" | "opencv" | "pil" | "auto")`` builds a per-image decoder;
+``get_decoder("nvimgcodec" | "turbojpeg" | "opencv" | "pil" | "auto")`` builds a per-image decoder;
 ``resolve_decoder(name, device)`` turns a loader's ``decoder=`` option into the
 backend it will use ("dali" included: a GPU pipeline, not a per-image decoder);
-``available_decoders()`` says which backends work here, and how to install the others.
+``available_decoders()`` says which backends work here, and how to install the others;
+``damage_detection(name)`` what a backend does with damaged JPEG data by default.
+Importing this package imports no backend library, nor numpy.
 """
 from __future__ import annotations
 
 import importlib
 import logging
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import BackendUnavailable
-from .base import Box, Decoder
+
+if TYPE_CHECKING:
+    from .base import Box, Decoder
 
 log = logging.getLogger(__name__)
 
@@ -23,18 +27,30 @@ class _Backend(NamedTuple):
     library: str    # the import name of the library it needs
     package: str    # what people call that library
     install: str
+    damage: str     # what it does, by default, with a JPEG whose image data is damaged
 
 
+_STRICT = "a DecodeError: libjpeg's warnings (corrupt data, premature end) are errors"
 _BACKENDS = {
+    "nvimgcodec": _Backend(".nvimgcodec_decoder", "NvimgcodecDecoder", "nvidia.nvimgcodec", "nvImageCodec",
+                           "pip install nvidia-nvimgcodec-cu13 (Linux)",
+                           _STRICT + " (through its strict partner, simplejpeg or PyTurboJPEG; without one, "
+                                     "only a cut-short file is detected)"),
     "turbojpeg": _Backend(".turbojpeg_decoder", "TurbojpegDecoder", "turbojpeg", "PyTurboJPEG",
-                          "pip install 'PyTurboJPEG<2'"),
+                          "pip install '.[turbojpeg]' from a clone of feedline (PyTurboJPEG<2), "
+                          "and the system library: sudo apt-get install libturbojpeg0", _STRICT),
     "opencv": _Backend(".opencv_decoder", "OpencvDecoder", "cv2", "OpenCV",
-                       "pip install opencv-python-headless"),
-    "pil": _Backend(".pil_decoder", "PilDecoder", "PIL", "Pillow", "pip install pillow"),
+                       "pip install opencv-python-headless",
+                       "a cut-short file is a DecodeError; corrupt data inside is NOT detected "
+                       "(cv2.imdecode ignores libjpeg's warnings)"),
+    "pil": _Backend(".pil_decoder", "PilDecoder", "PIL", "Pillow", "pip install pillow",
+                    "a cut-short file is a DecodeError; corrupt data inside is NOT detected "
+                    "(Pillow ignores libjpeg's warnings)"),
 }
 _DALI = _Backend("", "", "nvidia.dali", "NVIDIA DALI",
-                 "pip install nvidia-dali-cuda120 (or pip install 'feedline[dali]')")
-_CPU_PREFERENCE = ("turbojpeg", "opencv")   # what "auto" picks on a CPU, best first
+                 "pip install nvidia-dali-cuda130 (or pip install '.[dali]' from a clone of feedline: "
+                 "there is no feedline package on PyPI)", "")
+_CPU_PREFERENCE = ("nvimgcodec", "turbojpeg", "opencv", "pil")   # what "auto" picks on a CPU, best first
 NAMES = ("auto", *_BACKENDS, "dali")
 _logged: set[tuple[str, str]] = set()
 
@@ -53,7 +69,7 @@ def missing_library_reason(library: str, package: str, install: str) -> str | No
 
 def get_decoder(name: str, **options) -> Decoder:
     """A new per-image decoder. ``options`` go to the backend's constructor
-    (e.g. ``fast_dct=True`` or ``strict=True`` for turbojpeg). Raises BackendUnavailable,
+    (e.g. ``fast_dct=True``, or ``strict=False`` for nvimgcodec and turbojpeg). Raises BackendUnavailable,
     naming what to install, when the backend's library is missing."""
     _check_name(name)
     if name == "dali":
@@ -70,9 +86,9 @@ def get_decoder(name: str, **options) -> Decoder:
 def resolve_decoder(name: str, device: str) -> str:
     """The backend a loader on ``device`` uses for ``decoder=name``.
 
-    "auto" is "dali" on a CUDA device when DALI imports, else "turbojpeg" when it
-    loads, else "opencv". An explicit name is checked: unknown -> ValueError, missing
-    library -> BackendUnavailable; "dali" off CUDA runs DALI CPU-only.
+    "auto" is "dali" on a CUDA device when DALI imports, else the first CPU backend that
+    loads among nvimgcodec, turbojpeg, opencv, pil. An explicit name is checked: unknown ->
+    ValueError, missing library -> BackendUnavailable; "dali" off CUDA runs DALI CPU-only.
     """
     _check_name(name)
     on_cuda = str(device).startswith("cuda")
@@ -113,21 +129,34 @@ def _check_name(name: str) -> None:
 def _build(name: str, **options) -> Decoder:
     """A new ``name`` backend; BackendUnavailable says why not and what to install."""
     backend = _BACKENDS[name]
-    reason = missing_library_reason(backend.library, backend.package, backend.install)
-    if reason is not None:
-        raise BackendUnavailable(reason)
-    return getattr(importlib.import_module(backend.module, __package__), backend.cls)(**options)
+    try:
+        # The backend's module imports its library (nvImageCodec quietly), so a library that
+        # is missing or broken shows here; asking importlib first would print nvImageCodec's noise.
+        module = importlib.import_module(backend.module, __package__)
+    except ImportError:
+        reason = missing_library_reason(backend.library, backend.package, backend.install)
+        raise BackendUnavailable(reason or f"{backend.package} does not import: {backend.install}") from None
+    return getattr(module, backend.cls)(**options)
+
+
+def damage_detection(name: str) -> str:
+    """What backend ``name`` does, by default, with a JPEG whose headers are valid and whose
+    image data is damaged (cut short, or corrupt inside)."""
+    _check_name(name)
+    if name in ("auto", "dali"):
+        raise ValueError(f"damage_detection needs a per-image backend name, got {name!r}")
+    return _BACKENDS[name].damage
 
 
 def _first_usable(names: tuple[str, ...], asked: str) -> str:
     reasons = []
     for name in names:
         try:
-            _build(name)
+            decoder = _build(name)
         except BackendUnavailable as exc:
             reasons.append(f"{name} unavailable: {exc}")
             continue
-        _log_choice(asked, name, "; ".join(reasons))
+        _log_choice(asked, name, "; ".join([repr(decoder), *reasons]))
         return name
     raise BackendUnavailable("no CPU decoder is usable: " + "; ".join(reasons))
 
@@ -146,5 +175,14 @@ def _dali_reason() -> str | None:
     return missing_library_reason(_DALI.library, _DALI.package, _DALI.install)
 
 
-__all__ = ["Box", "Decoder", "NAMES", "available_decoders", "get_decoder", "missing_library_reason",
-           "resolve_decoder"]
+def __getattr__(name: str):
+    # Box and Decoder live in .base, which imports numpy: loaded on first use, so that the
+    # CLI can read NAMES without numpy.
+    if name in ("Box", "Decoder"):
+        from . import base
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Box", "Decoder", "NAMES", "available_decoders", "damage_detection", "get_decoder",
+           "missing_library_reason", "resolve_decoder"]

@@ -13,7 +13,7 @@ import turbojpeg
 from ..errors import BackendUnavailable, DecodeError
 from .base import JPEG_SCALES, Box, Decoder, choose_scale, crop_scaled, is_jpeg, resize_into
 
-PIP_INSTALL = "pip install 'PyTurboJPEG<2'"
+PIP_INSTALL = "pip install '.[turbojpeg]' from a clone of feedline, or pip install 'PyTurboJPEG<2'"
 LIB_INSTALL = "brew install jpeg-turbo" if platform.system() == "Darwin" else "sudo apt-get install libturbojpeg0"
 _NOT_RGB = (3, 4)              # TJCS_CMYK, TJCS_YCCK: libjpeg-turbo will not convert these to RGB
 _TJFLAG_STOPONWARNING = 8192   # turbojpeg.h (libjpeg-turbo >= 2.0)
@@ -27,14 +27,14 @@ class TurbojpegDecoder(Decoder):
     and ctypes releases the GIL for each C call.
 
     Warnings policy: for a damaged JPEG (premature end of data, a corrupt segment)
-    libjpeg-turbo emits a *warning* and still yields an image, partly gray. By
-    default that image is returned, and PyTurboJPEG reports the warning with
-    ``warnings.warn`` (a UserWarning, shown once per message by Python's default
-    filter). With ``strict=True`` (for ``feedline verify``) it is a DecodeError; that
-    mode calls libjpeg-turbo directly, because a ``warnings.warn`` in a decode thread
-    cannot be caught per thread (``catch_warnings`` swaps process-wide state).
-    Fatal errors are a DecodeError in both modes. Data that is not a JPEG (no FF D8
-    start, e.g. PNG in a plain folder) and CMYK/YCCK JPEGs are decoded by OpenCV.
+    libjpeg-turbo emits a *warning* and still yields an image, partly gray. By default
+    (``strict=True``) libturbojpeg is called directly with TJFLAG_STOPONWARNING and the
+    warning is a DecodeError. ``strict=False`` returns that image; PyTurboJPEG then reports
+    the warning with ``warnings.warn`` (a UserWarning, shown once per message by Python's
+    default filter), which a decode thread cannot catch per thread (``catch_warnings``
+    swaps process-wide state). Fatal errors are a DecodeError in both modes. Data that is
+    not a JPEG (no FF D8 start, e.g. PNG in a plain folder) and CMYK/YCCK JPEGs are
+    decoded by OpenCV.
 
     ``fast_dct`` and ``fast_upsample`` trade a little accuracy for speed (libjpeg-turbo's
     TJFLAG_FASTDCT and TJFLAG_FASTUPSAMPLE). ``lib_path`` names libturbojpeg explicitly.
@@ -42,7 +42,7 @@ class TurbojpegDecoder(Decoder):
 
     name = "turbojpeg"
 
-    def __init__(self, fast_dct: bool = False, fast_upsample: bool = False, strict: bool = False,
+    def __init__(self, fast_dct: bool = False, fast_upsample: bool = False, strict: bool = True,
                  lib_path: str | None = None):
         path = lib_path or find_libturbojpeg()
         self._tj = _load_pyturbojpeg(path)
