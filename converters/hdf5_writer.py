@@ -27,8 +27,9 @@ import numpy as np
 from feedline.errors import PackError
 from feedline.format import HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS, Columns, meta_to_bytes
 
+from .disk_space import write_failed
 from .journal import JournalEntry
-from .writers import Writer, remove_quietly, start_writeback, write_failed
+from .writer_base import Writer, remove_quietly, start_writeback
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +145,8 @@ class Hdf5Writer(Writer):
         with h5py.File(self.partial_path, "w") as fh:
             data_offset = _create_images(fh, int(offsets[-1])).id.get_offset()
             fh.create_dataset(HDF5_OFFSETS, data=offsets)
-            for name in ("labels", "sizes", "path_offsets", "path_bytes"):
-                fh.create_dataset(name, data=getattr(columns, name))
+            for name in columns.names:
+                fh.create_dataset(name, data=columns.array(name))
             fh.attrs[HDF5_META_ATTR] = meta_to_bytes(meta).decode("utf-8")
         if data_offset is None:
             raise PackError(f"{self.partial_path}: HDF5 did not allocate the images dataset")

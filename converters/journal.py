@@ -17,7 +17,7 @@ from feedline.scan import ScanResult
 
 from .report import Skip
 
-JOURNAL_VERSION = 1
+JOURNAL_VERSION = 2   # 2: checksums per record
 
 
 def scan_digest(scan: ScanResult) -> str:
@@ -40,6 +40,7 @@ class JournalEntry:
     sizes: list[list[int]] = field(default_factory=list)    # (height, width) per record
     paths: list[str] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)        # encoded bytes per record
+    checksums: list[int] = field(default_factory=list)      # format.checksum per record
     converted: int = 0
     source_bytes: int = 0
     skipped: list[list[str]] = field(default_factory=list)  # (path, reason, detail)
@@ -57,8 +58,8 @@ class JournalEntry:
             raise PackError(f"{where}: the resume journal is damaged ({exc}); "
                             "start over without --resume") from None
         if entry.version != JOURNAL_VERSION:
-            raise PackError(f"{where}: journal version {entry.version} is not {JOURNAL_VERSION}; "
-                            "start over without --resume")
+            raise PackError(f"{where}: journal version {entry.version}, but this feedline resumes only "
+                            f"version {JOURNAL_VERSION}; start over without --resume")
         return entry
 
     @property

@@ -15,8 +15,9 @@ from feedline.errors import PackError
 from feedline.format import (LMDB_COLUMN_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY,
                              Columns, image_key, journal_key, meta_to_bytes)
 
+from .disk_space import write_failed
 from .journal import JournalEntry
-from .writers import Writer, remove_quietly, start_writeback, write_failed
+from .writer_base import Writer, remove_quietly, start_writeback
 
 log = logging.getLogger(__name__)
 

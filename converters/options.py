@@ -20,6 +20,13 @@ class OnError(str, Enum):
     FAIL = "fail"   # stop at the first bad file and leave nothing at OUT
 
 
+class PackCheck(str, Enum):
+    """How JPEGs stored as they are get checked."""
+
+    HEADERS = "headers"   # markers and header only (fast: about the cost of copying the file)
+    DECODE = "decode"     # also decoded strictly: damaged image data is skipped as corrupt
+
+
 _EXTENSIONS = {".lmdb": OutputFormat.LMDB, ".mdb": OutputFormat.LMDB,
                ".h5": OutputFormat.HDF5, ".hdf5": OutputFormat.HDF5}
 
@@ -69,6 +76,8 @@ class PackOptions:
     quality: int = DEFAULT_QUALITY          # JPEG quality of converted and shrunk images
     max_pixels: int = DEFAULT_MAX_PIXELS    # larger images are skipped (decompression bombs)
     on_error: OnError = OnError.SKIP
+    check: PackCheck = PackCheck.HEADERS    # DECODE also decodes every JPEG stored as it is
+    space_check: bool = True                # refuse to start when the estimate does not fit on the disk
     jobs: int | None = None                 # reader/converter threads; None: one per core
     resume: bool = False                    # continue an interrupted pack of the same OUT
     overwrite: bool = False                 # replace an existing OUT (only once the new one is complete)
@@ -81,6 +90,7 @@ class PackOptions:
         if self.format is not None:
             set_(self, "format", _enum(OutputFormat, self.format, "format"))
         set_(self, "on_error", _enum(OnError, self.on_error, "on_error"))
+        set_(self, "check", _enum(PackCheck, self.check, "check"))
         if self.labels_csv is not None:
             set_(self, "labels_csv", os.path.abspath(os.fspath(self.labels_csv)))
         _int_or_none(self.max_side, "max_side", 1)
@@ -105,4 +115,5 @@ class PackOptions:
         """The options that shape the output: stored as the metadata's pack_options."""
         return {"format": fmt.value, "labels_csv": self.labels_csv, "max_side": self.max_side,
                 "quality": self.quality, "max_pixels": self.max_pixels, "on_error": self.on_error.value,
+                "check": self.check.value,
                 "alpha": "composited on white", "exif_orientation": "applied"}

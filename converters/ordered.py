@@ -25,9 +25,10 @@ class OrderedPool:
         self._executor = ThreadPoolExecutor(jobs, thread_name_prefix="feedline-pack") if jobs > 1 else None
 
     def map(self, items: Iterable, first: Callable[[Any], Any], second: Callable[[Any], Any],
-            defer: type) -> Iterator:
-        """``first(item)`` for each item; results that are a ``defer`` instance are
-        replaced by ``second(result)``, computed on the pool. Yields in input order."""
+            defer: type | tuple[type, ...]) -> Iterator:
+        """``first(item)`` for each item; results that are a ``defer`` instance (``defer``
+        is a type or a tuple of types) are replaced by ``second(result)``, computed on the
+        pool. Yields in input order."""
         if self._executor is None:
             for item in items:
                 result = first(item)

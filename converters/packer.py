@@ -23,16 +23,19 @@ from datetime import datetime, timezone
 
 from feedline import __version__
 from feedline.durable import fsync_folder
-from feedline.errors import PackError
-from feedline.format import Columns, make_meta
+from feedline.errors import DiskFullError, PackError
+from feedline.format import Columns, checksum, make_meta
 from feedline.scan import ScanResult, scan_folder
 
+from .decode_check import DecodeCheck, DecodeChecker
+from .disk_space import check_room, write_failed
 from .journal import JournalEntry, check_entries, scan_digest
-from .normalize import Conversion, check_file, convert
-from .options import OnError, PackOptions, format_for
+from .normalize import Conversion, Record, check_file, convert
+from .options import OnError, PackCheck, PackOptions, format_for
 from .ordered import OrderedPool
 from .report import PackReport, Skip, write_error_report
-from .writers import Writer, make_writer, write_failed
+from .writer_base import Writer
+from .writers import make_writer
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,7 @@ class _Tally:
     sizes: list[list[int]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
+    checksums: list[int] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
     converted: int = 0
     source_bytes: int = 0
@@ -56,6 +60,7 @@ class _Tally:
         self.sizes += entry.sizes
         self.paths += entry.paths
         self.lengths += entry.lengths
+        self.checksums += entry.checksums
         self.skipped += entry.skips()
         self.converted += entry.converted
         self.source_bytes += entry.source_bytes
@@ -78,6 +83,7 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions) -
     fmt = format_for(out, options.format)
     _check_out(out, options)
     scan = scan_folder(os.fspath(src), options.labels_csv)
+    not_taken = [Skip.of(p) for p in scan.problems]  # links not followed, labels CSV mismatches
     writer = make_writer(fmt, out)
     leftovers = writer.leftovers()
     if leftovers and not options.resume:
@@ -95,16 +101,20 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions) -
             log.info("resuming after %d of %d files", resumed_from, len(scan.paths))
         elif options.resume:
             log.info("%s: nothing to resume; packing from the start", writer.partial_path)
+        if options.space_check:
+            _check_space(scan, tally.consumed, out, fmt.value, writer, fresh=not entries)
         _consume(scan, writer, options, tally, wanted, digest)
+        skipped = not_taken + tally.skipped
         if not tally.labels:
             writer.discard()
-            raise PackError(_nothing_packed(scan, tally.skipped))
+            raise PackError(_nothing_packed(scan, skipped))
         meta = make_meta(count=len(tally.labels), classes=scan.classes, pack_options=wanted,
                          source=scan.root, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                          feedline_version=__version__)
-        writer.finish(Columns.from_lists(tally.labels, tally.sizes, tally.paths), meta, tally.lengths)
+        columns = Columns.from_lists(tally.labels, tally.sizes, tally.paths, tally.checksums)
+        writer.finish(columns, meta, tally.lengths)
         try:
-            report_path = write_error_report(out, tally.skipped)
+            report_path = write_error_report(out, skipped)
             os.replace(writer.partial_path, out)
         except OSError as exc:
             raise write_failed(out, exc) from None
@@ -123,10 +133,27 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions) -
     except BaseException:
         writer.close()  # keep what is committed for --resume
         raise
-    return PackReport(out=out, format=fmt.value, found=len(scan.paths), packed=len(tally.labels),
-                      converted=tally.converted, skipped=tally.skipped, bytes_in=tally.source_bytes,
+    return PackReport(out=out, format=fmt.value, found=len(scan.paths) + len(not_taken), packed=len(tally.labels),
+                      converted=tally.converted, skipped=skipped, bytes_in=tally.source_bytes,
                       bytes_out=sum(tally.lengths), seconds=time.perf_counter() - started,
                       resumed_from=resumed_from, error_report=report_path)
+
+
+def _check_space(scan: ScanResult, start: int, out: str, fmt: str, writer: Writer, fresh: bool) -> None:
+    """Refuse before writing when the files still to pack will not fit; a fresh pack
+    leaves nothing behind, a resumed one keeps what it has."""
+    lengths = []
+    for rel in scan.paths[start:]:
+        try:
+            lengths.append(os.stat(os.path.join(scan.root, rel)).st_size)
+        except OSError:
+            lengths.append(0)  # unreadable: it will be skipped and listed
+    try:
+        check_room(out, fmt, lengths, sum(len(p) for p in scan.paths[start:]))
+    except DiskFullError:
+        if fresh:
+            writer.discard()
+        raise
 
 
 def _check_out(out: str, options: PackOptions) -> None:
@@ -158,10 +185,18 @@ def _consume(scan: ScanResult, writer: Writer, options: PackOptions, tally: _Tal
         images, pending_bytes = [], 0
         entry = _new_entry(tally, wanted, digest)
 
+    checker = DecodeChecker() if options.check is PackCheck.DECODE else None
+
+    def first(rel: str):
+        outcome = check_file(scan.root, rel, options)
+        return DecodeCheck(rel, outcome) if checker is not None and isinstance(outcome, Record) else outcome
+
+    def second(job):
+        return convert(job, options) if isinstance(job, Conversion) else checker(job)
+
     try:
         with OrderedPool(options.threads) as pool:
-            outcomes = pool.map(scan.paths[start:], lambda rel: check_file(scan.root, rel, options),
-                                lambda job: convert(job, options), Conversion)
+            outcomes = pool.map(scan.paths[start:], first, second, (Conversion, DecodeCheck))
             for i, outcome in enumerate(outcomes, start):
                 if isinstance(outcome, Skip):
                     if options.on_error is OnError.FAIL:
@@ -174,6 +209,7 @@ def _consume(scan: ScanResult, writer: Writer, options: PackOptions, tally: _Tal
                     entry.sizes.append([outcome.height, outcome.width])
                     entry.paths.append(scan.paths[i])
                     entry.lengths.append(len(outcome.data))
+                    entry.checksums.append(checksum(outcome.data))
                     entry.converted += outcome.converted is not None
                     entry.source_bytes += outcome.source_bytes
                     pending_bytes += len(outcome.data)

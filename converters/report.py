@@ -7,9 +7,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 
+from feedline import scan
+
 
 class SkipReason(str, Enum):
-    """Why an input file was not packed; the value is what the report says."""
+    """Why an input file (or folder link) was not packed; the value is what the report says."""
 
     EMPTY = "empty"                  # zero bytes
     UNREADABLE = "unreadable"        # permissions, a broken symlink, an I/O error
@@ -18,6 +20,10 @@ class SkipReason(str, Enum):
     CORRUPT = "corrupt"              # a known format that its decoder rejects
     TOO_LARGE = "too-large"          # more pixels than max_pixels (decompression bombs)
     UNSUPPORTED = "unsupported"      # valid, but no installed decoder reads it (e.g. 12-bit)
+    SYMLINK_LOOP = scan.SYMLINK_LOOP        # a folder link to a folder above it: not followed
+    SYMLINK_REPEAT = scan.SYMLINK_REPEAT    # a folder link to a folder packed anyway: not followed
+    NOT_IN_LABELS = scan.NOT_IN_LABELS      # in the folder, not in the labels CSV
+    MISSING = scan.MISSING                  # in the labels CSV, not in the folder
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,10 @@ class Skip:
     @classmethod
     def from_row(cls, row) -> "Skip":
         return cls(row[0], SkipReason(row[1]), row[2])
+
+    @classmethod
+    def of(cls, problem: scan.Unscanned) -> "Skip":
+        return cls(problem.path, SkipReason(problem.reason), problem.detail)
 
 
 @dataclass

@@ -9,8 +9,28 @@ class StoreError(FeedlineError):
     """A data file that cannot be opened or read as a feedline store."""
 
 
+class ChecksumError(StoreError):
+    """A record whose bytes do not match the checksum stored when it was packed: the
+    file changed on disk (bad sector, bit rot, a partial copy). Carries the file, the
+    record's index and its source path."""
+
+    def __init__(self, message: str, filename: str, index: int, path: str):
+        super().__init__(message)
+        self.filename = filename
+        self.index = index
+        self.path = path
+
+    def __reduce__(self):  # picklable with its fields, e.g. across a process pool
+        return type(self), (str(self), self.filename, self.index, self.path)
+
+
 class PackError(FeedlineError):
     """Packing could not finish: bad input under --on-error fail, a full disk, a clash with OUT."""
+
+
+class DiskFullError(PackError):
+    """The output's filesystem has no room: before writing (the estimate) or while writing.
+    What was committed is kept for ``--resume``."""
 
 
 class DecodeError(FeedlineError):

@@ -1,19 +1,43 @@
 """Find the images of a folder and their labels, as torchvision's ImageFolder does.
 
 One subfolder per class, labels = sorted class-folder names -> 0..K-1; a folder with
-no subfolders is one class; a CSV of (relative path, label) is the alternative.
-Hidden files and folders are skipped, symlinks are followed without loops, and the
-order is sorted, so a scan is deterministic.
+no subfolders is one class; a CSV of (relative path, label) is the alternative (see
+`labels_csv`). Hidden files and folders are skipped and the order is sorted, so a scan
+is deterministic.
+
+Symlinks: a file link is an image like any other, found once under its own path. A
+folder link is followed only to a folder not already on the walk: the folders on the
+way to it (a link to one of them is a loop, e.g. ``zbad/loop_link -> ..``) and every
+folder found without following links. Those links are not followed and are listed in
+``ScanResult.problems``, which the packer writes to OUT.errors.csv.
 """
 from __future__ import annotations
 
-import csv
+import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import FeedlineError
+from .labels_csv import read_labels
+
+log = logging.getLogger(__name__)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif")
+
+# Reasons of ScanResult.problems; the packer's SkipReason has the same values.
+SYMLINK_LOOP = "symlink-loop"           # a folder link to a folder on its own path
+SYMLINK_REPEAT = "symlink-repeat"       # a folder link to a folder the walk reaches anyway
+NOT_IN_LABELS = "not-in-labels-csv"     # an image in the folder that the labels CSV does not list
+MISSING = "missing"                     # a labels CSV row whose file does not exist
+
+
+@dataclass(frozen=True)
+class Unscanned:
+    """Something the scan found and will not hand on: a file or a folder link."""
+
+    path: str       # relative to the root, '/'-separated
+    reason: str     # one of the reasons above
+    detail: str
 
 
 @dataclass
@@ -22,27 +46,44 @@ class ScanResult:
     paths: list[str]      # relative to root, '/'-separated, sorted
     labels: list[int]
     classes: list[str]
+    problems: list[Unscanned] = field(default_factory=list)
 
 
 def is_image_name(name: str) -> bool:
     return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
 
 
-def _walk_images(top: str, rel: str = "") -> list[str]:
-    """Relative paths of the image files under top, following symlinks without loops."""
-    found: list[str] = []
-    seen_dirs: set[tuple[int, int]] = set()
+def _key(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
 
-    def visit(directory: str, prefix: str) -> None:
-        st = os.stat(directory)
-        key = (st.st_dev, st.st_ino)
-        if key in seen_dirs:
-            return
-        seen_dirs.add(key)
+
+class _Walk:
+    """Image files under one root, links followed as the module docstring says.
+
+    Two phases, so that a folder reached both by its real path and through a link is
+    found under its real path whichever sorts first: the real folders first, then the
+    folder links in sorted order (and the links found behind those)."""
+
+    def __init__(self):
+        self.visited: dict[tuple[int, int], str] = {}   # folder -> the relative path it was found at
+        self.links: list[tuple[str, str, tuple]] = []   # (path, relative prefix, keys of the folders above)
+        self.problems: list[Unscanned] = []
+        self.found: list[str] = []
+
+    def visit(self, directory: str, prefix: str, above: tuple) -> None:
+        rel = prefix.rstrip("/")
         try:
+            st = os.stat(directory)
             entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except PermissionError:
+        except OSError as exc:  # an unreadable folder or a broken link: nothing in it can be packed
+            log.warning("%s: cannot list the folder (%s); skipped", directory, exc.strerror)
             return
+        key = _key(st)
+        if key in above or key in self.visited:
+            self._refuse(directory, rel, key in above)
+            return
+        self.visited[key] = rel
+        above = (*above, key)
         for entry in entries:
             if entry.name.startswith("."):
                 continue
@@ -50,13 +91,36 @@ def _walk_images(top: str, rel: str = "") -> list[str]:
                 is_dir = entry.is_dir()  # follows symlinks
             except OSError:
                 continue
-            if is_dir:
-                visit(entry.path, f"{prefix}{entry.name}/")
+            if is_dir and entry.is_symlink():
+                self.links.append((entry.path, f"{prefix}{entry.name}/", above))
+            elif is_dir:
+                self.visit(entry.path, f"{prefix}{entry.name}/", above)
             elif is_image_name(entry.name) and (entry.is_file() or not os.path.exists(entry.path)):
-                found.append(prefix + entry.name)
+                self.found.append(prefix + entry.name)  # a broken link too: the packer reports it unreadable
 
-    visit(top, rel)
-    return found
+    def follow_links(self) -> None:
+        while self.links:
+            self.links.sort(key=lambda link: _sort_key(link[1]))
+            path, prefix, above = self.links.pop(0)
+            self.visit(path, prefix, above)
+
+    def _refuse(self, directory: str, rel: str, loop: bool) -> None:
+        target = f" -> {os.readlink(directory)}" if os.path.islink(directory) else ""
+        if loop:
+            self.problems.append(Unscanned(rel, SYMLINK_LOOP, f"symlink loop: {rel}{target} points to a "
+                                           "folder above it; not followed"))
+        else:
+            where = self.visited.get(_key(os.stat(directory))) or "the top folder"
+            self.problems.append(Unscanned(rel, SYMLINK_REPEAT, f"{rel}{target} is the folder {where}, "
+                                           "which is packed already; not followed"))
+
+    def sorted_found(self) -> list[str]:
+        return sorted(self.found, key=_sort_key)  # nearly sorted already: linear time
+
+
+def _sort_key(rel: str) -> str:
+    # Folder by folder ("a/b" before "a-c"): NUL sorts before every character of a name.
+    return rel.replace("/", "\0")
 
 
 def _class_dirs(root: str) -> list[str]:
@@ -71,52 +135,76 @@ def scan_folder(root: str, labels_csv: str | None = None) -> ScanResult:
     """Scan an image folder; FeedlineError when it is missing or holds no images."""
     root = os.path.abspath(root)
     if not os.path.isdir(root):
+        if os.path.exists(root):
+            raise FeedlineError(f"{root} is a file, not a folder: give the image folder (one subfolder per "
+                                "class), or --labels FILE.csv with the folder its paths are relative to")
         raise FeedlineError(f"{root}: no such folder")
     if labels_csv is not None:
-        return _scan_with_csv(root, labels_csv)
-    classes = _class_dirs(root)
-    paths: list[str] = []
-    labels: list[int] = []
-    if classes:
-        for label, name in enumerate(classes):
-            for rel in _walk_images(os.path.join(root, name), f"{name}/"):
-                paths.append(rel)
-                labels.append(label)
-        # Images lying next to the class folders belong to no class: ImageFolder ignores them too.
+        result = _scan_with_csv(root, labels_csv)
     else:
-        paths = _walk_images(root)
-        labels = [0] * len(paths)
-        classes = [os.path.basename(root) or "images"]
-    if not paths:
+        result = _scan_classes(root)
+    if not result.paths:
         raise FeedlineError(f"{root}: no images found (looked for {', '.join(IMAGE_EXTENSIONS)})")
-    return ScanResult(root=root, paths=paths, labels=labels, classes=classes)
+    _log_problems(root, result.problems)
+    return result
+
+
+def all_images(root: str) -> tuple[list[str], list[Unscanned]]:
+    """Every image file under ``root``, in class folders or not, and the links not followed."""
+    walk = _Walk()
+    walk.visit(root, "", ())
+    walk.follow_links()
+    return walk.sorted_found(), walk.problems
+
+
+def _scan_classes(root: str) -> ScanResult:
+    names = _class_dirs(root)
+    if not names:
+        paths, problems = all_images(root)
+        return ScanResult(root, paths, [0] * len(paths), [os.path.basename(root) or "images"], problems)
+    walk = _Walk()
+    top = _key(os.stat(root))
+    walk.visited[top] = ""
+    for name in names:
+        path = os.path.join(root, name)
+        if os.path.islink(path):
+            walk.links.append((path, f"{name}/", (top,)))
+        else:
+            walk.visit(path, f"{name}/", (top,))
+    walk.follow_links()
+    # A class folder that is a link not followed (a loop, or another class again) is no class.
+    entered = set(walk.visited.values())
+    classes = [n for n in names if n in entered or not os.path.islink(os.path.join(root, n))]
+    label_of = {name: label for label, name in enumerate(classes)}
+    paths = walk.sorted_found()
+    # Images lying next to the class folders belong to no class: ImageFolder ignores them too.
+    return ScanResult(root, paths, [label_of[p.split("/", 1)[0]] for p in paths], classes, walk.problems)
 
 
 def _scan_with_csv(root: str, labels_csv: str) -> ScanResult:
-    try:
-        with open(labels_csv, newline="", encoding="utf-8") as fh:
-            rows = [row for row in csv.reader(fh) if row and not row[0].startswith("#")]
-    except OSError as exc:
-        raise FeedlineError(f"{labels_csv}: cannot read the labels file ({exc.strerror})") from None
-    if rows and len(rows[0]) >= 2 and rows[0][0].strip().lower() in ("path", "file", "filename"):
-        rows = rows[1:]
-    pairs = []
-    for line, row in enumerate(rows, 1):
-        if len(row) < 2:
-            raise FeedlineError(f"{labels_csv}: row {line} needs two columns: relative path, label")
-        pairs.append((row[0].strip().replace(os.sep, "/"), row[1].strip()))
-    if not pairs:
-        raise FeedlineError(f"{labels_csv}: no rows")
-    names = [label for _, label in pairs]
-    if all(n.lstrip("-").isdigit() for n in names):
-        ints = [int(n) for n in names]
-        if min(ints) < 0:
-            raise FeedlineError(f"{labels_csv}: labels must be >= 0")
-        classes = [str(i) for i in range(max(ints) + 1)]
-    else:
-        classes = sorted(set(names))
-        index = {name: i for i, name in enumerate(classes)}
-        ints = [index[n] for n in names]
-    pairs_sorted = sorted(zip((p for p, _ in pairs), ints))
-    return ScanResult(root=root, paths=[p for p, _ in pairs_sorted],
-                      labels=[lab for _, lab in pairs_sorted], classes=classes)
+    """The folder's images labelled by the CSV; unlisted images and missing files reported."""
+    labels, classes = read_labels(labels_csv)
+    images, problems = all_images(root)
+    on_disk = set(images)
+    name = os.path.basename(labels_csv)
+    paths = []
+    for rel in sorted(labels, key=_sort_key):
+        # A listed file the walk did not take (another extension, hidden) counts if it exists.
+        if rel in on_disk or os.path.isfile(os.path.join(root, rel)):
+            paths.append(rel)
+        else:
+            problems.append(Unscanned(rel, MISSING, f"listed in {name} (row {labels[rel][1]}), but there is "
+                                      "no such file in the folder"))
+    problems += [Unscanned(rel, NOT_IN_LABELS, f"in the folder, but {name} gives it no label; not packed")
+                 for rel in images if rel not in labels]
+    return ScanResult(root, paths, [labels[p][0] for p in paths], classes, problems)
+
+
+def _log_problems(root: str, problems: list[Unscanned]) -> None:
+    by_reason: dict[str, list[str]] = {}
+    for p in problems:
+        by_reason.setdefault(p.reason, []).append(p.path)
+    for reason, paths in by_reason.items():
+        shown = ", ".join(paths[:3]) + (", ..." if len(paths) > 3 else "")
+        log.warning("%s: %d %s (%s) not packed: %s", root, len(paths),
+                    "folder link(s)" if reason.startswith("symlink") else "file(s)", reason, shown)

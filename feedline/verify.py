@@ -1,9 +1,12 @@
-"""Check a data set end to end: every record decodes to the size its column states.
+"""Check a data set end to end: every record's bytes match their checksum and decode to
+the size its column states.
 
 ``verify`` backs ``feedline verify``. File-level checks (metadata count, columns,
 stored keys) come first, then labels in one vectorized pass, then every record is
-read and decoded on a pool of threads. Problems are collected, not raised, so one
-run lists every bad record with its index and source path.
+read on a pool of threads: its checksum compared (packed files of format version 2 on)
+and, unless ``mode="checksums"``, decoded strictly (a libjpeg warning such as "corrupt
+JPEG data" or "premature end" makes the record bad). Problems are collected, not
+raised, so one run lists every bad record with its index and source path.
 """
 from __future__ import annotations
 
@@ -12,11 +15,13 @@ import os
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from .errors import FeedlineError, StoreError
+from .format import checksum
 from .stores import Store, open_dataset
 
 if TYPE_CHECKING:
@@ -25,6 +30,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHUNK = 64  # records per task: enough to amortize the executor, small enough for a smooth progress bar
+
+
+class VerifyMode(str, Enum):
+    FULL = "full"            # checksums, then a strict decode of every record
+    CHECKSUMS = "checksums"  # checksums only: reads every byte, decodes nothing (disk speed)
 
 
 @dataclass(frozen=True)
@@ -46,10 +56,13 @@ class VerifyResult:
     filename: str
     kind: str            # "lmdb", "hdf5", "folder", or "unknown" when the file would not open
     count: int           # records in the data set
-    decoded: int         # records read and decoded (count, unless the file would not open)
-    decoder: str
+    decoded: int         # records that decoded cleanly to their stated size (0 in checksums mode)
+    checksummed: int     # records whose bytes matched their stored checksum (0 without checksums)
+    mode: str            # VerifyMode value
+    decoder: str         # the backend used, "none" in checksums mode
     jobs: int
     seconds: float
+    has_checksums: bool = False
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -57,18 +70,22 @@ class VerifyResult:
         return not self.problems
 
     def summary(self) -> str:
-        if self.ok:
-            return (f"OK: {self.filename} ({self.kind}): {self.count:,} records decode with {self.decoder} "
-                    f"to their stated sizes, labels in range ({self.seconds:.1f} s, {self.jobs} threads)")
-        bad = len({p.index for p in self.problems if p.index is not None})
-        whole = sum(p.index is None for p in self.problems)
-        parts = [f"{bad:,} bad record(s) of {self.count:,}"] + ([f"{whole} file problem(s)"] if whole else [])
-        return f"FAILED: {self.filename} ({self.kind}): {', '.join(parts)}"
+        if not self.ok:
+            bad = len({p.index for p in self.problems if p.index is not None})
+            whole = sum(p.index is None for p in self.problems)
+            parts = [f"{bad:,} bad record(s) of {self.count:,}"] + ([f"{whole} file problem(s)"] if whole else [])
+            return f"FAILED: {self.filename} ({self.kind}): {', '.join(parts)}"
+        checks = (["match their checksums"] if self.has_checksums else [])
+        if self.mode == VerifyMode.FULL.value:
+            checks.append(f"decode with {self.decoder} to their stated sizes")
+        note = "" if self.has_checksums or self.kind == "folder" else "; no checksums in this file"
+        return (f"OK: {self.filename} ({self.kind}): {self.count:,} records {', '.join(checks)}, labels in "
+                f"range ({self.seconds:.1f} s, {self.jobs} threads{note})")
 
     def to_dict(self) -> dict:
         return {"filename": self.filename, "kind": self.kind, "ok": self.ok, "count": self.count,
-                "decoded": self.decoded, "decoder": self.decoder, "jobs": self.jobs,
-                "seconds": self.seconds,
+                "decoded": self.decoded, "checksummed": self.checksummed, "has_checksums": self.has_checksums,
+                "mode": self.mode, "decoder": self.decoder, "jobs": self.jobs, "seconds": self.seconds,
                 "problems": [{"index": p.index, "path": p.path, "problem": p.problem} for p in self.problems]}
 
 
@@ -79,22 +96,26 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def verify(dataset: Store | str | os.PathLike, decoder: str | Decoder = "turbojpeg", jobs: int | None = None,
-           on_progress: Callable[[int, int], None] | None = None) -> VerifyResult:
+def verify(dataset: Store | str | os.PathLike, decoder: str | Decoder = "auto", jobs: int | None = None,
+           on_progress: Callable[[int, int], None] | None = None,
+           mode: VerifyMode | str = VerifyMode.FULL) -> VerifyResult:
     """Verify a store, or the file or folder at a path (opened and closed here).
 
     ``on_progress(done, total)`` is called from the calling thread as records finish.
     ``decoder`` is a registered backend's name (used in its strict mode, if it has one)
-    or a Decoder instance (used as it is).
+    or a Decoder instance (used as it is); ``mode="checksums"`` decodes nothing.
     A file that exists but will not open is a failed result, not an exception; a
-    missing path or decoder raises as usual.
+    missing path or decoder, or checksums asked of an image folder, raise as usual.
     """
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    dec = _strict_decoder(decoder) if isinstance(decoder, str) else decoder
+    mode = VerifyMode(mode)
+    dec = None
+    if mode is VerifyMode.FULL:
+        dec = strict_decoder(decoder) if isinstance(decoder, str) else decoder
     if isinstance(dataset, Store):
-        return _verify(dataset, dec, jobs, on_progress)
+        return _verify(dataset, dec, jobs, on_progress, mode)
     path = os.fspath(dataset)
     if not os.path.exists(path):
         raise StoreError(f"{path}: no such file or folder")
@@ -102,33 +123,48 @@ def verify(dataset: Store | str | os.PathLike, decoder: str | Decoder = "turbojp
     try:
         store = open_dataset(path)
     except StoreError as exc:
-        return VerifyResult(filename=path, kind="unknown", count=0, decoded=0, decoder=dec.name, jobs=jobs,
-                            seconds=time.perf_counter() - start, problems=[Problem(None, None, str(exc))])
+        return VerifyResult(filename=path, kind="unknown", count=0, decoded=0, checksummed=0, mode=mode.value,
+                            decoder=dec.name if dec else "none", jobs=jobs, seconds=time.perf_counter() - start,
+                            problems=[Problem(None, None, str(exc))])
     with store:
-        return _verify(store, dec, jobs, on_progress)
+        return _verify(store, dec, jobs, on_progress, mode)
 
 
-def _strict_decoder(name: str) -> Decoder:
-    """The backend ``name``, in strict mode where it has one: a JPEG cut short is then an
-    error, not a warning and a part-gray image."""
+def strict_decoder(name: str) -> Decoder:
+    """The backend ``name`` ("auto" included), in strict mode where it has one: damaged
+    data (a JPEG cut short, corrupt entropy data) is then an error, not a warning and a
+    part-gray image."""
     from .decoders import get_decoder
     dec = get_decoder(name)
     if getattr(dec, "strict", None) is False:
         return get_decoder(dec.name, strict=True)
     if not getattr(dec, "strict", False):
-        log.info("decoder %r has no strict mode: a JPEG cut short may pass as decoded", dec.name)
+        log.info("decoder %r has no strict mode: damaged image data may pass as decoded", dec.name)
     return dec
 
 
-def _verify(store: Store, dec: Decoder, jobs: int, on_progress) -> VerifyResult:
+def _verify(store: Store, dec: Decoder | None, jobs: int, on_progress, mode: VerifyMode) -> VerifyResult:
     start = time.perf_counter()
-    n = len(store)
+    has_checksums = store.checksums is not None
+    if mode is VerifyMode.CHECKSUMS and store.kind == "folder":
+        raise FeedlineError(f"{store.filename}: an image folder has no checksums; verify it without "
+                            "--checksums-only (decodes every image), or pack it first")
     problems = _file_problems(store)
+    if mode is VerifyMode.CHECKSUMS and not has_checksums:
+        problems.append(Problem(None, None, f"no checksums to check (format version "
+                                            f"{store.meta.get('format_version')}, packed before checksums): "
+                                            "verify without --checksums-only to decode every record, or pack "
+                                            "the image folder again to add checksums"))
     problems += _label_problems(store)
-    problems += _decode_all(store, dec, jobs, on_progress)
+    tally = _Tally()
+    if has_checksums or mode is VerifyMode.FULL:
+        _check_all(store, dec, jobs, on_progress, tally)
+    problems += tally.problems
     problems.sort(key=lambda p: (p.index is not None, p.index or 0))
-    return VerifyResult(filename=store.filename, kind=store.kind, count=n, decoded=n, decoder=dec.name,
-                        jobs=jobs, seconds=time.perf_counter() - start, problems=problems)
+    return VerifyResult(filename=store.filename, kind=store.kind, count=len(store), decoded=tally.decoded,
+                        checksummed=tally.checksummed, mode=mode.value, decoder=dec.name if dec else "none",
+                        jobs=jobs, seconds=time.perf_counter() - start, has_checksums=has_checksums,
+                        problems=problems)
 
 
 def _file_problems(store: Store) -> list[Problem]:
@@ -148,13 +184,42 @@ def _label_problems(store: Store) -> list[Problem]:
             for i in bad]
 
 
-def _check_record(store: Store, dec: Decoder, index: int) -> str | None:
-    """What is wrong with one record, or None."""
+@dataclass
+class _Tally:
+    problems: list[Problem] = field(default_factory=list)
+    decoded: int = 0
+    checksummed: int = 0
+
+    def add(self, other: "_Tally") -> None:
+        self.problems += other.problems
+        self.decoded += other.decoded
+        self.checksummed += other.checksummed
+
+
+def _check_record(store: Store, dec: Decoder | None, index: int, sums: np.ndarray | None, tally: _Tally) -> None:
     try:
         data = store.read(index)
         expected = store.size(index)
     except FeedlineError as exc:
-        return str(exc)
+        tally.problems.append(Problem(index, store.path(index), str(exc)))
+        return
+    if sums is not None:
+        actual = checksum(data)
+        if actual != int(sums[index]):
+            tally.problems.append(Problem(index, store.path(index), f"checksum mismatch (stored {int(sums[index]):016x}, "
+                                                                    f"read {actual:016x}): the bytes changed on disk"))
+            return
+        tally.checksummed += 1
+    if dec is None:
+        return
+    text = _decode_problem(dec, data, expected)
+    if text is None:
+        tally.decoded += 1
+    else:
+        tally.problems.append(Problem(index, store.path(index), text))
+
+
+def _decode_problem(dec: Decoder, data, expected: tuple[int, int]) -> str | None:
     try:
         image = dec.decode(data)
     except Exception as exc:  # noqa: BLE001 -- any failure of the backend is this record's problem, reported
@@ -168,19 +233,17 @@ def _check_record(store: Store, dec: Decoder, index: int) -> str | None:
     return None
 
 
-def _check_chunk(store: Store, dec: Decoder, start: int, stop: int) -> list[Problem]:
-    problems = []
+def _check_chunk(store: Store, dec: Decoder | None, start: int, stop: int) -> _Tally:
+    tally = _Tally()
+    sums = store.checksums
     for i in range(start, stop):
-        text = _check_record(store, dec, i)
-        if text is not None:
-            problems.append(Problem(i, store.path(i), text))
-    return problems
+        _check_record(store, dec, i, sums, tally)
+    return tally
 
 
-def _decode_all(store: Store, dec: Decoder, jobs: int, on_progress) -> list[Problem]:
+def _check_all(store: Store, dec: Decoder | None, jobs: int, on_progress, tally: _Tally) -> None:
     n = len(store)
     chunks = iter(range(0, n, CHUNK))
-    problems: list[Problem] = []
     pending: dict[Future, int] = {}
     done_records = 0
     if on_progress is not None:
@@ -198,7 +261,7 @@ def _decode_all(store: Store, dec: Decoder, jobs: int, on_progress) -> list[Prob
                     break
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
-                    problems += future.result()
+                    tally.add(future.result())
                     done_records += pending.pop(future)
                     if on_progress is not None:
                         on_progress(done_records, n)
@@ -206,4 +269,3 @@ def _decode_all(store: Store, dec: Decoder, jobs: int, on_progress) -> list[Prob
             for future in pending:
                 future.cancel()
             raise
-    return problems

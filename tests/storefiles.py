@@ -15,7 +15,7 @@ import lmdb
 import numpy as np
 
 from feedline.format import (HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS, LMDB_COLUMN_PREFIX, LMDB_META_KEY,
-                             Columns, image_key, make_meta, meta_to_bytes)
+                             Columns, checksum, image_key, make_meta, meta_to_bytes)
 
 
 @dataclass
@@ -38,8 +38,20 @@ class Records:
         meta.update(overrides)
         return meta
 
-    def columns(self) -> Columns:
-        return Columns.from_lists(self.labels, self.sizes, self.paths)
+    def v1_meta(self, **overrides) -> dict:
+        """The metadata of a file packed before checksums (format version 1)."""
+        meta = self.meta(format_version=1, **overrides)
+        del meta["checksum"]
+        return meta
+
+    def columns(self, with_checksums: bool = True) -> Columns:
+        sums = [checksum(b) for b in self.images] if with_checksums else None
+        return Columns.from_lists(self.labels, self.sizes, self.paths, sums)
+
+
+def _with_checksums(meta: dict | None) -> bool:
+    """Checksums are stored from format version 2 on, as feedline/format.py says."""
+    return meta is None or not isinstance(meta.get("format_version"), int) or meta["format_version"] >= 2
 
 
 def jpeg(height: int, width: int, seed: int = 0, gray: bool = False) -> bytes:
@@ -66,15 +78,17 @@ def make_records(n: int = 12, classes: int = 3) -> Records:
 
 def write_lmdb(path, records: Records, meta: dict | None = None, *, skip: tuple[int, ...] = (),
                extra_keys: dict[bytes, bytes] | None = None, with_meta: bool = True,
-               map_size: int = 1 << 30) -> str:
-    """A single-file LMDB store. ``skip`` leaves those records out; ``extra_keys`` adds keys."""
+               map_size: int = 1 << 30, checksums: bool | None = None) -> str:
+    """A single-file LMDB store. ``skip`` leaves those records out; ``extra_keys`` adds keys;
+    ``checksums`` (default: as the metadata's version says) writes the checksums column."""
+    checksums = _with_checksums(meta) if checksums is None else checksums
     path = str(path)
     env = lmdb.open(path, subdir=False, map_size=map_size, lock=False)
     try:
         with env.begin(write=True) as txn:
             if with_meta:
                 txn.put(LMDB_META_KEY, meta_to_bytes(meta if meta is not None else records.meta()))
-            for name, value in records.columns().to_bytes().items():
+            for name, value in records.columns(checksums).to_bytes().items():
                 txn.put(LMDB_COLUMN_PREFIX + name.encode(), value)
             # Keys in sorted order, so append mode keeps a million-record file fast to build.
             cursor = txn.cursor()
@@ -88,13 +102,14 @@ def write_lmdb(path, records: Records, meta: dict | None = None, *, skip: tuple[
 
 
 def write_hdf5(path, records: Records, meta: dict | None = None, *, with_meta: bool = True,
-               userblock_size: int = 0) -> str:
+               userblock_size: int = 0, checksums: bool | None = None) -> str:
     """An HDF5 store: one contiguous uint8 ``images`` dataset plus offsets and columns."""
+    checksums = _with_checksums(meta) if checksums is None else checksums
     path = str(path)
     offsets = np.zeros(len(records) + 1, dtype=np.int64)
     np.cumsum([len(b) for b in records.images], out=offsets[1:])
     blob = np.frombuffer(b"".join(records.images), dtype=np.uint8)
-    cols = records.columns()
+    cols = records.columns(checksums)
     with h5py.File(path, "w", userblock_size=userblock_size) as fh:
         if with_meta:
             fh.attrs[HDF5_META_ATTR] = json.dumps(meta if meta is not None else records.meta(), sort_keys=True)
@@ -104,6 +119,8 @@ def write_hdf5(path, records: Records, meta: dict | None = None, *, with_meta: b
         fh.create_dataset("sizes", data=cols.sizes)
         fh.create_dataset("path_offsets", data=cols.path_offsets)
         fh.create_dataset("path_bytes", data=cols.path_bytes)
+        if cols.checksums is not None:
+            fh.create_dataset("checksums", data=cols.checksums)
     return path
 
 

@@ -11,7 +11,7 @@ from feedline import cli
 from feedline.describe import describe, format_info
 from feedline.format import FORMAT_VERSION, LMDB_IMAGE_PREFIX
 from feedline.sample import make_photo_folder
-from feedline.verify import Problem, VerifyResult, verify
+from feedline.verify import Problem, VerifyResult, strict_decoder, verify
 
 KINDS = ("lmdb", "hdf5")
 
@@ -29,9 +29,6 @@ def kind(request):
 @pytest.fixture
 def main(monkeypatch, capsys):
     """Run `feedline ARGS...` in-process; returns (exit code, stdout, stderr)."""
-    # Only this file's commands: the others may not be importable while they are written.
-    monkeypatch.setattr(cli, "COMMANDS", ("info", "verify"))
-
     def run(*argv: str):
         code = cli.main([str(a) for a in argv])
         out, err = capsys.readouterr()
@@ -95,7 +92,7 @@ def test_info_table(tmp_path, records, main):
     path = write_lmdb(tmp_path / "t.lmdb", records)
     code, out, _ = main("info", path)
     assert code == 0
-    assert "lmdb (format version 1)" in out
+    assert f"lmdb (format version {FORMAT_VERSION})" in out
     assert "records" in out and " 12" in out
     assert "class_2" in out
     assert "min 16, median" in out
@@ -141,7 +138,9 @@ def test_verify_passes_on_a_good_file(tmp_path, records, kind, main):
     result = verify(path, jobs=2, on_progress=lambda done, total: seen.append((done, total)))
     assert isinstance(result, VerifyResult)
     assert result.ok and result.problems == []
-    assert (result.count, result.decoded, result.kind, result.decoder) == (12, 12, kind, "turbojpeg")
+    auto = strict_decoder("auto").name
+    assert (result.count, result.decoded, result.checksummed, result.kind, result.decoder) == (12, 12, 12, kind, auto)
+    assert result.has_checksums and result.mode == "full"
     assert seen[-1] == (12, 12)
     code, out, _ = main("verify", path, "--jobs", "2")
     assert code == 0
@@ -156,6 +155,7 @@ def test_verify_catches_a_garbage_record(tmp_path, records, kind, main):
     assert not result.ok
     assert [(p.index, p.path) for p in result.problems] == [(5, "class_2/img_005.jpg")]
     assert "does not decode" in result.problems[0].problem
+    assert (result.decoded, result.checksummed) == (11, 12)  # what decoded, not the record count
     code, out, _ = main("verify", path)
     assert code == 1
     assert "record 5 (class_2/img_005.jpg): does not decode" in out
@@ -171,6 +171,29 @@ def test_verify_catches_a_truncated_jpeg(tmp_path, records):
                                                      sizes=records.sizes[:2] + [(64, 64)] + records.sizes[3:]))
     result = verify(path, jobs=1)
     assert [p.index for p in result.problems] == [2]
+
+
+def test_verify_treats_damaged_image_data_as_a_bad_record(tmp_path, records, kind, main):
+    """Valid headers and EOI, entropy-coded data cut in the middle: libjpeg-turbo only
+    warns ("premature end of data segment") and returns a part-gray image."""
+    images = list(records.images)
+    whole = jpeg(64, 64, seed=3)
+    images[7] = whole[:len(whole) // 2] + whole[-2:]
+    sizes = records.sizes[:7] + [(64, 64)] + records.sizes[8:]
+    path = WRITERS[kind](tmp_path / f"entropy.{kind}", damaged(records, images=images, sizes=sizes))
+    result = verify(path, jobs=2)
+    assert [p.index for p in result.problems] == [7] and result.decoded == 11
+    assert "does not decode" in result.problems[0].problem
+    assert verify(path, jobs=2, mode="checksums").ok  # its checksum was taken of the damaged bytes
+    code, out, _ = main("verify", path)
+    assert code == 1 and "record 7 (class_1/img_007.jpg): does not decode" in out
+
+
+def test_verify_help_states_the_real_default_decoder(main, capsys):
+    with pytest.raises(SystemExit):
+        main("verify", "--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default auto" in text and "default turbojpeg" not in text and "--checksums-only" in text
 
 
 def test_verify_catches_labels_out_of_range(tmp_path, records, kind, main):

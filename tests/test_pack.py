@@ -9,6 +9,7 @@ import os
 import cv2
 import numpy as np
 import pytest
+import xxhash
 
 import feedline
 import helpers_images as imgs
@@ -73,13 +74,15 @@ def test_jpegs_round_trip_byte_for_byte(photos, tmp_path, ext):
         for i in range(len(ds)):
             rel = ds.path(i)
             with open(os.path.join(photos, rel), "rb") as fh:
-                assert bytes(ds.read(i)) == fh.read()
+                source = fh.read()
+            assert bytes(ds.read(i)) == source
+            assert int(ds.checksums[i]) == xxhash.xxh3_64_intdigest(source)
             assert ds.label(i) == ds.classes.index(rel.split("/")[0])
             decoded = cv2.imdecode(np.frombuffer(bytes(ds.read(i)), np.uint8), cv2.IMREAD_UNCHANGED)
             assert ds.size(i) == decoded.shape[:2]
         assert [ds.path(i) for i in range(len(ds))] == files_of(photos)
         meta = ds.meta
-    assert meta["count"] == 18 and meta["format_version"] == 1
+    assert meta["count"] == 18 and meta["format_version"] == 2 and meta["checksum"] == "xxh3_64"
     assert meta["classes"] == ["class_000", "class_001", "class_002"]
     assert meta["source"] == os.path.abspath(photos)
     assert meta["feedline_version"] == feedline.__version__

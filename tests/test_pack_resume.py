@@ -199,7 +199,7 @@ def test_full_disk_says_where_and_resume_finishes(src, reference, tmp_path, monk
     out = str(tmp_path / f"o.{ext}")
     with monkeypatch.context() as m:
         _fail_write_once(m, ext)
-        with pytest.raises(PackError, match="free space and rerun with --resume") as err:
+        with pytest.raises(PackError, match="the disk is full .* rerun the same command with --resume") as err:
             pack(src, out, commit_every=4, jobs=1)
     assert os.path.basename(out) in str(err.value)
     assert not os.path.exists(out)

@@ -1,4 +1,7 @@
+import logging
+
 import numpy as np
+import pytest
 from PIL import Image
 
 from feedline.sample import make_photo_folder, photo_paths
@@ -32,3 +35,55 @@ def test_photo_per_class_gives_each_class_its_own_photo(tmp_path):
     own = [channel_gap(p) for p in (tmp_path / "own" / "class_001").glob("*.jpg")]
     mixed = [channel_gap(p) for p in (tmp_path / "mixed" / "class_001").glob("*.jpg")]
     assert max(own) < 3 and max(mixed) > 10
+
+
+# -- the command ---------------------------------------------------------------
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    """main() calls logging.basicConfig, which binds a handler to this test's captured stderr."""
+    handlers, level = logging.root.handlers[:], logging.root.level
+    yield
+    logging.root.handlers[:] = handlers
+    logging.root.setLevel(level)
+
+
+def sample_cli(*argv, capsys):
+    from feedline.cli import main
+    code = main(["sample", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_sample_command_prints_progress_lines_to_a_non_terminal(tmp_path, capsys):
+    code, out, err = sample_cli(tmp_path / "s", "-n", "20", "--classes", "2", capsys=capsys)
+    assert code == 0 and "20 images in 2 classes" in out
+    lines = err.strip().splitlines()
+    assert lines[0] == f"sample: writing 20 images in 2 classes into {tmp_path / 's'}"
+    assert lines[1:] == [f"sample: {k}/20 images ({k * 5}%)" for k in range(2, 21, 2)]
+    assert len(list((tmp_path / "s").rglob("*.jpg"))) == 20
+
+
+def test_sample_refuses_zero_images_and_creates_nothing(tmp_path, capsys):
+    code, out, err = sample_cli(tmp_path / "none", "-n", "0", capsys=capsys)
+    assert code == 2 and "at least one image" in err and out == ""
+    assert not (tmp_path / "none").exists()
+    with pytest.raises(ValueError, match="at least one image"):
+        make_photo_folder(str(tmp_path / "none"), n=0)
+
+
+def test_sample_refuses_a_folder_that_is_not_empty_unless_merge(tmp_path, capsys):
+    folder = tmp_path / "busy"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    code, _, err = sample_cli(folder, "-n", "2", capsys=capsys)
+    assert code == 2 and "not empty" in err and "--merge" in err
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+    code, _, _ = sample_cli(folder, "-n", "2", "--classes", "1", "--merge", capsys=capsys)
+    assert code == 0
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*.*")) == \
+        ["class_000/img_0000000.jpg", "class_000/img_0000001.jpg", "notes.txt"]
+    assert (folder / "notes.txt").read_text() == "mine"
+    (tmp_path / "empty").mkdir()
+    code, _, _ = sample_cli(tmp_path / "empty", "-n", "1", capsys=capsys)
+    assert code == 0 and len(list((tmp_path / "empty").rglob("*.jpg"))) == 1

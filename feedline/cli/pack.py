@@ -15,10 +15,30 @@ GIF's first frame, CMYK, 12/16-bit, palette) is converted once to a baseline JPE
 transparency is composited on white, EXIF orientation is applied, 16-bit is scaled
 to 8-bit, gray stays gray.
 
+Damage inside a JPEG's image data passes the header check; --check decode also
+decodes every JPEG stored as it is (strictly: a libjpeg warning such as corrupt data
+or a premature end skips the file as corrupt), at the cost of a full decode per file.
+Every record gets an xxh3_64 checksum of its bytes, checked by FeedLoader on every read
+and by `feedline verify` (--checksums-only for a fast check of the bytes alone).
+
+Symlinks: a file link is packed once, under its own path. A folder link is followed
+only to a folder not already on the walk (one above it, which is a loop such as
+zbad/loop_link -> .., or one packed under its real path); such links are skipped and
+listed in OUT.errors.csv as symlink-loop or symlink-repeat.
+
+--labels FILE.csv: rows of "relative path,label"; a header row is recognized. Integer
+labels stay the integers they are (classes "0".."max"); other labels are class names,
+numbered in sorted order. Images the CSV does not list (not-in-labels-csv) and rows
+whose file is missing (missing) are listed in OUT.errors.csv, not packed.
+
 Bad files (corrupt, truncated, empty, not an image, unreadable, over --max-pixels)
 are skipped and listed in OUT.errors.csv (path,reason,detail), or stop the pack with
 --on-error fail. OUT appears only when complete; after an interruption, rerun the
-same command with --resume."""
+same command with --resume.
+
+Disk space: before writing, pack estimates what it needs (the input's bytes plus the
+format's overhead) and refuses when the output's filesystem has less free. If the
+disk fills anyway, the partial output is kept: free space and rerun with --resume."""
 
 
 def register(subparsers) -> None:
@@ -37,6 +57,11 @@ def register(subparsers) -> None:
                    help=f"skip images with more pixels (default {DEFAULT_MAX_PIXELS})")
     p.add_argument("--on-error", choices=("skip", "fail"), default="skip",
                    help="skip bad files and list them in OUT.errors.csv (default), or stop at the first")
+    p.add_argument("--check", choices=("headers", "decode"), default="headers",
+                   help="how JPEGs stored as they are get checked: headers only (default, fast), or also "
+                        "a strict decode that skips damaged image data as corrupt")
+    p.add_argument("--no-space-check", dest="space_check", action="store_false",
+                   help="start even when the disk-space estimate says the output will not fit")
     p.add_argument("--jobs", type=int, metavar="N", help="reader/converter threads (default: one per core)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted pack of the same OUT")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT once the new one is complete")
@@ -48,7 +73,7 @@ def run(args) -> int:
     from converters import PackOptions, pack
     options = PackOptions(format=args.format, labels_csv=args.labels, max_side=args.max_side,
                           quality=args.quality, max_pixels=args.max_pixels, on_error=args.on_error,
-                          jobs=args.jobs, resume=args.resume, overwrite=args.overwrite,
+                          check=args.check, space_check=args.space_check, jobs=args.jobs, resume=args.resume, overwrite=args.overwrite,
                           progress=not args.quiet)
     report = pack(args.src, args.out, options)
     if not args.quiet:

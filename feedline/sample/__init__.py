@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 from importlib import resources
+from typing import Callable
 
 import cv2
 import numpy as np
@@ -53,12 +54,15 @@ def make_image(rng: random.Random, src: np.ndarray, gray_fraction: float = 0.05,
 
 
 def make_photo_folder(out: str, n: int = 200, classes: int = 10, seed: int = 0,
-                      gray_fraction: float = 0.05, sizes=SIZES, photo_per_class: bool = False) -> dict:
+                      gray_fraction: float = 0.05, sizes=SIZES, photo_per_class: bool = False,
+                      on_progress: Callable[[int, int], None] | None = None) -> dict:
     """Write ``n`` JPEGs into ``out/class_XXX/img_XXXXXXX.jpg``; returns a summary.
 
     By default every class draws from every photo (labels carry no signal: for speed
     measurements). ``photo_per_class`` cuts class k from photo k only, so a model can
-    learn the labels, as in the demo."""
+    learn the labels, as in the demo. ``on_progress(done, n)`` follows each image."""
+    if n < 1 or classes < 1:
+        raise ValueError(f"a sample needs at least one image and one class, got n={n}, classes={classes}")
     srcs = _load_photos()
     rng = random.Random(seed)
     total = 0
@@ -71,4 +75,6 @@ def make_photo_folder(out: str, n: int = 200, classes: int = 10, seed: int = 0,
         with open(os.path.join(folder, f"img_{i:07d}.jpg"), "wb") as fh:
             fh.write(data)
         total += len(data)
+        if on_progress is not None:
+            on_progress(i + 1, n)
     return {"images": n, "classes": classes, "bytes": total, "mean_kib": total / max(n, 1) / 1024}

@@ -1,13 +1,21 @@
 """The Store interface: random access to the records of a data set."""
 from __future__ import annotations
 
+import logging
 import operator
+import os
+import threading
 from abc import ABC, abstractmethod
 
 import numpy as np
 
-from ..errors import StoreError
-from ..format import Columns
+from ..errors import ChecksumError, StoreError
+from ..format import Columns, checksum
+
+log = logging.getLogger(__name__)
+
+_warned_lock = threading.Lock()
+_warned_no_checksums: set[str] = set()   # files already reported, so each is reported once
 
 
 class Store(ABC):
@@ -29,6 +37,32 @@ class Store(ABC):
     @abstractmethod
     def read(self, index: int):
         """The encoded image of record ``index`` as a bytes-like object (buffer protocol)."""
+
+    def read_checked(self, index: int):
+        """``read(index)``, checked against the checksum stored at pack time; ChecksumError
+        when the bytes changed since. Stores without checksums (version 1, folders) just read."""
+        i = self._check(index)
+        data = self.read(i)
+        sums = self.columns.checksums
+        if sums is not None:
+            actual = checksum(data)
+            if actual != int(sums[i]):
+                raise self._mismatch(i, int(sums[i]), actual)
+        return data
+
+    def _mismatch(self, index: int, expected: int, actual: int) -> ChecksumError:
+        path = self.path(index)
+        return ChecksumError(
+            f"{self.filename}: record {index} ({path}): checksum mismatch (stored {expected:016x}, "
+            f"the bytes read hash to {actual:016x}): the file changed on disk after it was packed. "
+            "Copy it again or pack the source folder again (feedline pack SRC OUT --overwrite); "
+            "`feedline verify --checksums-only` lists every damaged record; to train past damaged "
+            "records, pass on_error='substitute'.", self.filename, index, path)
+
+    @property
+    def checksums(self) -> np.ndarray | None:
+        """The xxh3_64 of every record (uint64), or None when the store has none."""
+        return self.columns.checksums
 
     def label(self, index: int) -> int:
         return int(self.columns.labels[self._check(index)])
@@ -69,6 +103,19 @@ class Store(ABC):
         if not -n <= index < n:
             raise IndexError(f"{self.filename}: record {index} out of range (0..{n - 1})")
         return index % n if index < 0 else index
+
+    def _note_missing_checksums(self) -> None:
+        """Say once per file (per process) that a packed file predates checksums."""
+        if self.columns.checksums is not None:
+            return
+        key = os.path.realpath(self.filename)
+        with _warned_lock:
+            if key in _warned_no_checksums:
+                return
+            _warned_no_checksums.add(key)
+        log.warning("%s: format version %s has no checksums: damaged bytes cannot be told from good "
+                    "ones. Pack the image folder again to add them.",
+                    self.filename, self.meta.get("format_version"))
 
     def close(self) -> None:
         """Release file handles. Reading after close reopens them."""

@@ -8,7 +8,8 @@ import h5py
 import numpy as np
 
 from ..errors import StoreError
-from ..format import COLUMN_DTYPES, COLUMN_NAMES, HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS, parse_meta
+from ..format import (CHECKSUMS, COLUMN_DTYPES, COLUMN_NAMES, HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS,
+                      has_checksums, parse_meta)
 from .base import Store, load_columns
 
 
@@ -43,8 +44,9 @@ class Hdf5Store(Store):
                 images = fh[HDF5_IMAGES]
                 self.offsets = np.ascontiguousarray(fh[HDF5_OFFSETS][...], dtype=np.int64).reshape(-1)
                 # Cast on read: the columns keep their documented types whatever HDF5 stored.
+                names = COLUMN_NAMES + ((CHECKSUMS,) if has_checksums(self.meta) else ())
                 buffers = {name: np.ascontiguousarray(fh[name][...], dtype=COLUMN_DTYPES[name]).reshape(-1)
-                           for name in COLUMN_NAMES}
+                           for name in names}
                 if not isinstance(images, h5py.Dataset) or images.dtype != np.uint8 or images.ndim != 1:
                     raise StoreError(f"{filename}: the images dataset is not a flat uint8 array; "
                                      "the file is damaged. Pack it again.")
@@ -60,6 +62,7 @@ class Hdf5Store(Store):
                                  "Pack it again.") from None
         self.classes = list(self.meta["classes"])
         self.columns = load_columns(buffers, self.meta["count"], filename)
+        self._note_missing_checksums()
         offsets = self.offsets
         if (len(offsets) != len(self.columns) + 1 or offsets[0] < 0 or offsets[-1] != self._data_size
                 or bool(np.any(offsets[1:] < offsets[:-1]))):

@@ -8,8 +8,8 @@ import lmdb
 import numpy as np
 
 from ..errors import StoreError
-from ..format import (COLUMN_NAMES, LMDB_COLUMN_PREFIX, LMDB_IMAGE_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY,
-                      image_key, parse_meta)
+from ..format import (CHECKSUMS, COLUMN_NAMES, LMDB_COLUMN_PREFIX, LMDB_IMAGE_PREFIX, LMDB_JOURNAL_PREFIX,
+                      LMDB_META_KEY, has_checksums, image_key, parse_meta)
 from .base import Store, load_columns
 
 _lock = threading.Lock()        # guards _shared and every _SharedEnv; replaced in a forked child
@@ -76,13 +76,14 @@ class LmdbStore(Store):
                                      + self._partial_hint())
                 self.meta = parse_meta(raw_meta, filename)
                 buffers = {}
-                for name in COLUMN_NAMES:
+                for name in COLUMN_NAMES + ((CHECKSUMS,) if has_checksums(self.meta) else ()):
                     value = txn.get(LMDB_COLUMN_PREFIX + name.encode())
                     if value is None:
                         raise StoreError(f"{filename}: column {name} is missing; the file is damaged. Pack it again.")
                     buffers[name] = value
             self.classes = list(self.meta["classes"])
             self.columns = load_columns(buffers, self.meta["count"], filename)
+            self._note_missing_checksums()
         except lmdb.Error as exc:
             self.close()
             raise StoreError(f"{filename}: the LMDB file is damaged ({exc}). Pack it again.") from None
@@ -136,12 +137,22 @@ class LmdbStore(Store):
         try:
             value = self._txn().get(image_key(i))
         except lmdb.Error as exc:
+            self._drop_txn()  # LMDB invalidates a transaction that met damage: later reads need a new one
             raise StoreError(f"{self.filename}: record {i} ({self.path(i)}) cannot be read ({exc}); "
                              "the file is damaged. Pack it again.") from None
         if value is None:
             raise StoreError(f"{self.filename}: record {i} ({self.path(i)}) is missing; "
                              "the file is damaged. Pack it again.")
         return value
+
+    def _drop_txn(self) -> None:
+        txn = getattr(self._local, "txn", None)
+        self._local.env = self._local.txn = None
+        if txn is not None:
+            try:
+                txn.abort()
+            except lmdb.Error:
+                pass
 
     def byte_lengths(self) -> np.ndarray:
         # A lookup touches only B-tree pages: a value's length is in its leaf node.
@@ -172,6 +183,7 @@ class LmdbStore(Store):
                         break
                     journal += 1
         except lmdb.Error as exc:
+            self._drop_txn()
             return [f"cannot walk the keys ({exc}); the file is damaged"]
         problems = []
         if extra:

@@ -1,0 +1,114 @@
+"""Room on the output's filesystem: what a pack needs, what is free, and what to say
+when the disk fills anyway.
+
+The estimate is made before anything is written, from the sizes of the input files
+still to pack plus each format's overhead (LMDB rounds each large value up to whole
+4 KiB pages; both keep a resume journal and the columns). A full disk while writing
+shows as ENOSPC or EDQUOT from write(), or as EIO ("Input/output error") from LMDB,
+which reports a short write to its file that way: with little space left on the
+filesystem, that EIO is a full disk too.
+"""
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+
+from feedline.describe import human_bytes
+from feedline.errors import DiskFullError, PackError
+
+_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_SPACE_WORDS = ("no space left", "disk quota exceeded", "file too large")
+_NEARLY_FULL = 64 << 20          # an EIO with less free than this is taken for a full disk
+LMDB_PAGE = 4096
+_PER_RECORD = {"lmdb": 96, "hdf5": 64}   # journal entry and columns, besides the path's bytes
+_FIXED = 256 << 10               # metadata, B-tree roots, HDF5 superblock and objects
+
+
+@dataclass(frozen=True)
+class Room:
+    free: int            # bytes this process may still write there
+    filesystem: str      # for messages: its mount point and type, e.g. "/data (ext4)"
+
+
+def room_at(folder: str) -> Room:
+    st = os.statvfs(folder)
+    return Room(free=st.f_bavail * st.f_frsize, filesystem=filesystem_of(folder))
+
+
+def filesystem_of(path: str) -> str:
+    """The mount point holding ``path`` and its type, e.g. "/ (overlay)"."""
+    path = os.path.realpath(path)
+    best, kind = "/", ""
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                point = fields[1].replace("\\040", " ")
+                inside = path == point or path.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, kind = point, fields[2]
+    except OSError:  # not Linux: walk up to the mount point instead
+        best = path
+        while not os.path.ismount(best) and os.path.dirname(best) != best:
+            best = os.path.dirname(best)
+    return f"{best} ({kind})" if kind else best
+
+
+def estimate(fmt: str, lengths: list[int], path_bytes: int) -> int:
+    """Bytes a pack of files of ``lengths`` needs in format ``fmt`` ("lmdb" or "hdf5"),
+    assuming records as large as their files (JPEGs are stored as they are)."""
+    n = len(lengths)
+    if fmt == "lmdb":
+        pages = sum(-(-(length + 16) // LMDB_PAGE) for length in lengths)  # each value's overflow pages
+        data = pages * LMDB_PAGE
+    else:
+        data = sum(lengths)
+    return data + n * _PER_RECORD[fmt] + 2 * path_bytes + _FIXED
+
+
+def check_room(out: str, fmt: str, lengths: list[int], path_bytes: int) -> None:
+    """DiskFullError when the estimate for these files does not fit next to ``out``."""
+    needed = estimate(fmt, lengths, path_bytes)
+    try:
+        room = room_at(os.path.dirname(out))
+    except OSError:
+        return  # a filesystem that cannot say: find out by writing
+    if needed > room.free:
+        raise DiskFullError(
+            f"{out}: needs {human_bytes(needed)}, {human_bytes(room.free)} free on {room.filesystem} "
+            f"({len(lengths):,} files, {human_bytes(sum(lengths))} of input plus the {fmt} format's "
+            "overhead). Free space or write OUT elsewhere; pass --no-space-check if the output will be "
+            "smaller than the input (large PNG or TIFF files shrink when converted to JPEG).")
+
+
+def is_disk_full(exc: BaseException, folder: str) -> bool:
+    code = getattr(exc, "errno", None)
+    text = str(exc).lower()
+    if code in _SPACE_ERRNOS or any(w in text for w in _SPACE_WORDS):
+        return True
+    if code == errno.EIO or "input/output error" in text:
+        try:
+            return room_at(folder).free < _NEARLY_FULL
+        except OSError:
+            return False
+    return False
+
+
+def write_failed(where: str, exc: BaseException) -> PackError:
+    """The error for a failed write of ``where``: a full disk said as such, and how to carry on."""
+    detail = getattr(exc, "strerror", None) or str(exc)
+    folder = os.path.dirname(os.path.abspath(where))
+    if is_disk_full(exc, folder):
+        try:
+            room = room_at(folder)
+            free = f"; {human_bytes(room.free)} free on {room.filesystem}"
+        except OSError:
+            free = ""
+        return DiskFullError(f"{where}: the disk is full ({detail}{free}). Nothing already written is "
+                             "damaged: the partial output is kept. Free space, then rerun the same "
+                             "command with --resume to continue from the last commit.")
+    return PackError(f"{where}: write failed ({detail}); what is committed is intact: "
+                     "fix the cause and rerun with --resume")
