@@ -1,18 +1,35 @@
-"""TrainConfig: every option of the trainer, checked when built. The CLI maps flags onto it."""
+"""TrainConfig: every option of the trainer, with its help, checked when built.
+
+The command line is generated from these fields (feedline/cli/options.py): a field's
+name is its flag, its default the flag's default, ``metadata["help"]`` its help. No
+torch here: `feedline train --help` must not pay for importing it.
+"""
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import asdict, dataclass
+import typing
+from dataclasses import dataclass, field
+from enum import Enum
 
+from ..choices import Choice, DecoderName, OnError, Order
 from ..errors import FeedlineError
-
-ARCHS = ("resnet18", "resnet50", "tiny")
-AMP_MODES = ("auto", "bf16", "fp16", "off")
-DEVICES = ("auto", "cuda", "cpu")
+from .choices import Amp, Arch, parse_device
 
 
 class TrainError(FeedlineError):
     """A trainer option or input the user can fix: bad flag values, unusable data, checkpoints."""
+
+
+def option(default, help: str, group: str | None = None, **cli):
+    """A TrainConfig field with the command line's view of it: ``help``, the ``group`` it is
+    listed under, and argparse details (``metavar``, ``nargs``, ``const``, ``positional``,
+    ``default_text`` for a default that needs words)."""
+    return field(default=default, metadata={"help": help, "group": group, **cli})
+
+
+MODEL, DATA, SPEED, RUN, CHECK = ("model and schedule", "data", "speed", "reports, checkpoints and failures",
+                                  "reproducibility and measurement")
 
 
 @dataclass
@@ -20,51 +37,96 @@ class TrainConfig:
     """Options of one training run. Batch size is per rank and per micro-step: the optimizer
     sees ``batch_size * accum_steps * world_size`` images per step."""
 
-    train: str | None = None          # data set: packed .lmdb/.h5 file or image folder
-    val: str | None = None
-    arch: str = "resnet50"
-    epochs: int = 90
-    batch_size: int = 256
-    lr: float | None = None           # None: 0.1 x global batch / 256 (Goyal et al.)
-    momentum: float = 0.9
-    weight_decay: float = 5e-5        # not applied to BatchNorm parameters and biases
-    warmup_epochs: float = 5.0        # capped at a fifth of the run
-    label_smoothing: float = 0.1
-    amp: str = "auto"                 # auto: bf16 where supported on CUDA, off on CPU
-    channels_last: bool = True
-    compile: bool = False
-    accum_steps: int = 1
-    threads: int | str = "auto"       # decode threads of the loader
-    decoder: str = "auto"
-    size: int = 224
-    out: str = "runs/train"
-    resume: str | None = None         # a checkpoint path, or "auto": OUT/checkpoint.pt
-    seed: int = 0
-    deterministic: bool = False
-    synthetic: bool = False
-    synthetic_steps: int = 20         # steps of the synthetic measurement; 0 skips it
-    num_classes: int | None = None    # from the data; needed with --synthetic and no TRAIN
-    log_every: int = 50
-    save_every: int = 0               # optimizer steps between mid-epoch checkpoints; 0: per epoch only
-    max_steps: int | None = None      # stop early, as if interrupted; the schedule still spans epochs
-    sync_bn: bool = False
-    device: str = "auto"
-    cudnn_benchmark: bool = True
-    zero_init_residual: bool = True
-    progress: bool | None = None      # None: a progress bar when stderr is a terminal
+    train: str | None = option(
+        None, "training data: a packed .lmdb/.h5 file or an image folder (optional with --synthetic)",
+        positional=True, metavar="TRAIN", nargs="?")
+    val: str | None = option(
+        None, "validation data, same classes as TRAIN: loss, top-1 and top-5 after each epoch, every "
+        "image counted once over all ranks", metavar="VAL")
+    # -- model and schedule
+    arch: Arch = option(Arch.RESNET50, "resnet18, resnet50 (torchvision's layout, no torchvision needed) "
+                        "or tiny, a 4-layer CNN for quick CPU runs", MODEL)
+    epochs: int = option(90, "passes over TRAIN", MODEL)
+    batch_size: int = option(256, "images per rank per micro-step; a multiple of 8 suits tensor cores", MODEL)
+    accum_steps: int = option(1, "micro-steps per optimizer step (gradient accumulation); DDP all-reduces "
+                              "only on the last one (no_sync)", MODEL, metavar="N")
+    lr: float | None = option(None, "peak learning rate", MODEL,
+                              default_text="0.1 x global batch / 256, the linear scaling rule")
+    momentum: float = option(0.9, "SGD momentum", MODEL)
+    weight_decay: float = option(5e-5, "not applied to BatchNorm parameters and biases", MODEL)
+    warmup_epochs: float = option(5.0, "linear warmup, then cosine decay to zero: large batches diverge "
+                                  "without warmup; capped at a fifth of the run", MODEL)
+    label_smoothing: float = option(0.1, "regularizes over-confident logits; +0.3-0.5% top-1 on ImageNet",
+                                    MODEL)
+    zero_init_residual: bool = option(True, "start each residual block's last BatchNorm at gamma 0, so "
+                                      "blocks start as identity", MODEL)
+    size: int = option(224, "training crop and validation size", MODEL)
+    num_classes: int | None = option(None, "classifier width", MODEL,
+                                     default_text="from the data; 1000 with --synthetic and no TRAIN")
+    # -- data
+    decoder: DecoderName = option(DecoderName.AUTO, "JPEG decoder; auto picks the best one installed", DATA)
+    threads: int | str = option("auto", "decode threads of the loader; auto: one per usable CPU core", DATA)
+    on_error: OnError = option(
+        OnError.SUBSTITUTE, "a record that cannot be read or decoded: substitute puts another record in "
+        "its place and logs it, so one bad JPEG never stops a run; raise stops with the record's index "
+        "and path. (FeedLoader's own default is raise.)", DATA)
+    order: Order = option(Order.RANDOM, "training order: random (a new permutation each epoch) or "
+                          "quasi-random (shuffled blocks of neighbours, for data bigger than RAM); "
+                          "validation always reads in order", DATA)
+    # -- speed
+    amp: Amp = option(Amp.AUTO, "autocast dtype: bf16 needs no loss scaling, fp16 uses a GradScaler; auto = "
+                      "bf16 on GPUs that support it, fp16 on older ones, off on the CPU", SPEED)
+    channels_last: bool = option(True, "channels_last model and input: cuDNN's fast NHWC convolutions "
+                                 "under AMP", SPEED)
+    compile: bool = option(False, "torch.compile the model (slow first steps, faster after)", SPEED)
+    cudnn_benchmark: bool = option(True, "let cuDNN time its algorithms for the fixed input shape (off with "
+                                   "--deterministic)", SPEED)
+    sync_bn: bool = option(False, "SyncBatchNorm across GPUs: for small per-GPU batches (CUDA only)", SPEED)
+    device: str = option("auto", "auto (this rank's GPU if CUDA is usable, else the CPU), cuda, cuda:N or cpu",
+                         SPEED, metavar="auto|cuda|cuda:N|cpu")
+    # -- reports, checkpoints and failures
+    out: str = option("runs/train", "checkpoint.pt and metrics.jsonl go here", RUN, metavar="DIR")
+    log_every: int = option(50, "optimizer steps between log lines, in a terminal or not (the first "
+                            "step is logged too); the loss is read back from the device only then", RUN,
+                            metavar="N")
+    progress: bool | None = option(None, "a progress bar besides the log lines", RUN,
+                                   default_text="when stderr is a terminal")
+    save_every: int = option(0, "also save a checkpoint every N optimizer steps, mid-epoch (0: at the end "
+                             "of each epoch only)", RUN, metavar="N")
+    resume: str | None = option(None, "continue exactly where a checkpoint stopped, mid-epoch included "
+                                "(CKPT defaults to DIR/checkpoint.pt)", RUN, metavar="CKPT", nargs="?",
+                                const="auto")
+    max_steps: int | None = option(None, "stop after N optimizer steps and save, as if interrupted; the "
+                                   "schedule still spans --epochs, so --resume continues the same run",
+                                   RUN, metavar="N")
+    timeout: float = option(300.0, "seconds a rank waits for the others in a collective (all-reduce, "
+                            "checkpoint, validation) before it stops with an error: a rank or node that "
+                            "died or hangs ends the job within about this time; raise it when saving a "
+                            "checkpoint or --compile's first step takes longer", RUN, metavar="SECONDS")
+    # -- reproducibility and measurement
+    seed: int = option(0, "model init, data order and augmentation", CHECK)
+    deterministic: bool = option(False, "deterministic kernels, no cuDNN autotuning: bitwise-repeatable "
+                                 "runs, somewhat slower", CHECK)
+    synthetic: bool = option(False, "train on random tensors already on the device instead of data: the "
+                             "model's throughput ceiling", CHECK)
+    synthetic_steps: int = option(20, "steps of the synthetic measurement after training (0 skips it) or "
+                                  "of a --synthetic run", CHECK, metavar="N")
 
     def __post_init__(self) -> None:
-        self._check_choices()
+        self._parse_choices()
         self._check_numbers()
         self._check_paths()
 
-    def _check_choices(self) -> None:
-        if self.arch not in ARCHS:
-            raise TrainError(f"unknown architecture {self.arch!r}; choose --arch {' | '.join(ARCHS)}")
-        if self.amp not in AMP_MODES:
-            raise TrainError(f"unknown --amp {self.amp!r}; choose one of {', '.join(AMP_MODES)}")
-        if self.device not in DEVICES and not str(self.device).startswith("cuda:"):
-            raise TrainError(f"unknown --device {self.device!r}; choose auto, cuda, cuda:N or cpu")
+    def _parse_choices(self) -> None:
+        for name, kind in choice_fields().items():
+            try:
+                setattr(self, name, kind.parse(getattr(self, name), flag(name)))
+            except ValueError as exc:
+                raise TrainError(str(exc)) from None
+        try:
+            self.device = parse_device(self.device)
+        except ValueError as exc:
+            raise TrainError(str(exc)) from None
         if self.threads != "auto":
             try:
                 self.threads = int(self.threads)
@@ -74,25 +136,23 @@ class TrainConfig:
                 raise TrainError(f"--threads must be at least 1, got {self.threads}")
 
     def _check_numbers(self) -> None:
-        positive = {"epochs": self.epochs, "batch_size": self.batch_size, "accum_steps": self.accum_steps,
-                    "size": self.size, "log_every": self.log_every}
-        for name, value in positive.items():
-            if int(value) < 1:
-                raise TrainError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-        non_negative = {"save_every": self.save_every, "synthetic_steps": self.synthetic_steps,
-                        "warmup_epochs": self.warmup_epochs, "weight_decay": self.weight_decay,
-                        "momentum": self.momentum}
-        for name, value in non_negative.items():
-            if value < 0:
-                raise TrainError(f"--{name.replace('_', '-')} must not be negative, got {value}")
+        at_least_1 = ("epochs", "batch_size", "accum_steps", "size", "log_every")
+        not_negative = ("save_every", "synthetic_steps", "warmup_epochs", "weight_decay", "momentum")
+        for name in at_least_1:
+            if int(getattr(self, name)) < 1:
+                raise TrainError(f"{flag(name)} must be at least 1, got {getattr(self, name)}")
+        for name in not_negative:
+            if getattr(self, name) < 0:
+                raise TrainError(f"{flag(name)} must not be negative, got {getattr(self, name)}")
+        for name in ("max_steps", "num_classes"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise TrainError(f"{flag(name)} must be at least 1, got {getattr(self, name)}")
         if self.lr is not None and not self.lr > 0:
             raise TrainError(f"--lr must be positive, got {self.lr}")
+        if not self.timeout > 0:
+            raise TrainError(f"--timeout must be a positive number of seconds, got {self.timeout}")
         if not 0 <= self.label_smoothing < 1:
             raise TrainError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise TrainError(f"--max-steps must be at least 1, got {self.max_steps}")
-        if self.num_classes is not None and self.num_classes < 1:
-            raise TrainError(f"--num-classes must be at least 1, got {self.num_classes}")
         if self.synthetic and self.synthetic_steps < 1:
             raise TrainError("--synthetic needs --synthetic-steps of at least 1")
 
@@ -100,9 +160,9 @@ class TrainConfig:
         if self.train is None and not self.synthetic:
             raise TrainError("no training data: pass TRAIN (a packed .lmdb/.h5 file or an image "
                              "folder), or --synthetic to measure the model on random tensors")
-        for flag, path in (("TRAIN", self.train), ("--val", self.val)):
+        for name, path in (("TRAIN", self.train), ("--val", self.val)):
             if path is not None and not os.path.exists(path):
-                raise TrainError(f"{flag} {path}: no such file or folder; pass a packed data set "
+                raise TrainError(f"{name} {path}: no such file or folder; pass a packed data set "
                                  "(`feedline pack SRC OUT.lmdb`) or an image folder")
 
     @property
@@ -116,4 +176,18 @@ class TrainConfig:
         return self.checkpoint_path if self.resume == "auto" else self.resume
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Plain values (Enums as their strings): for JSON and for checkpoints that load
+        with ``weights_only=True``."""
+        return {k: v.value if isinstance(v, Enum) else v for k, v in dataclasses.asdict(self).items()}
+
+
+def flag(name: str) -> str:
+    """The command-line spelling of a field: ``batch_size`` -> ``--batch-size``."""
+    return "--" + name.replace("_", "-")
+
+
+def choice_fields() -> dict[str, type[Choice]]:
+    """TrainConfig's fields whose type is a Choice Enum, with that Enum."""
+    hints = typing.get_type_hints(TrainConfig)
+    return {f.name: hints[f.name] for f in dataclasses.fields(TrainConfig)
+            if isinstance(hints[f.name], type) and issubclass(hints[f.name], Choice)}

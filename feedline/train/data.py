@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..loader import FeedLoader
 from ..stores import Store, open_dataset
 from .config import TrainConfig, TrainError
 from .distributed import DistInfo
@@ -43,11 +44,11 @@ def open_data(cfg: TrainConfig, info: DistInfo) -> Data:
         num_classes = cfg.num_classes
     val = open_dataset(cfg.val) if cfg.val is not None else None
     if val is not None:
-        _check_val(val, train, num_classes, cfg)
+        _check_val(val, train, num_classes, cfg, info.world_size)
     return Data(train, val, num_classes)
 
 
-def _check_val(val: Store, train: Store, num_classes: int, cfg: TrainConfig) -> None:
+def _check_val(val: Store, train: Store, num_classes: int, cfg: TrainConfig, world_size: int) -> None:
     if len(val.classes) <= 1 < len(train.classes):
         raise TrainError(f"--val {cfg.val} has no labels (one class, {val.classes[0]!r}, for all "
                          f"{len(val)} images); lay it out as TRAIN is, one folder per class, "
@@ -57,19 +58,24 @@ def _check_val(val: Store, train: Store, num_classes: int, cfg: TrainConfig) -> 
         hint = f" (e.g. {', '.join(extra)} is not in TRAIN)" if extra else ""
         raise TrainError(f"--val {cfg.val} has other classes than TRAIN {cfg.train}: {len(val.classes)} "
                          f"vs {len(train.classes)}{hint}; both need the same class folders")
+    if len(val) < world_size:
+        raise TrainError(f"--val {cfg.val} has {len(val)} images for {world_size} ranks; every rank "
+                         "needs at least one")
     if len(val.labels) and int(val.labels.max()) >= num_classes:
         raise TrainError(f"--val {cfg.val} has label {int(val.labels.max())}, beyond the "
                          f"{num_classes} classes of TRAIN; pack both with the same classes")
 
 
 def make_loader(store: Store, cfg: TrainConfig, info: DistInfo, dtype: torch.dtype, train: bool):
-    """A FeedLoader for this rank: shuffled, augmented, dropping the last partial batch for
-    training (every step the same shape); in order, center-cropped, every image for validation."""
-    from ..loader import FeedLoader
+    """A FeedLoader for this rank. Training: in --order, augmented, dropping the last partial
+    batch (every step the same shape), every rank the same number of batches (DDP steps in
+    lockstep). Validation: in order, center-cropped, each image exactly once over all ranks
+    (``even_shards=False``: no padding duplicates, ranks may differ by one batch)."""
     try:
         return FeedLoader(store, batch_size=cfg.batch_size, shuffle=train, train=train, size=cfg.size,
                           decoder=cfg.decoder, num_threads=cfg.threads, device=str(info.device),
                           dtype=dtype, channels_last=cfg.channels_last, drop_last=train, seed=cfg.seed,
-                          rank=info.rank, world_size=info.world_size)
+                          on_error=cfg.on_error, order=cfg.order if train else None,
+                          even_shards=train, rank=info.rank, world_size=info.world_size)
     except ValueError as exc:  # the loader's option checks (e.g. an unknown --decoder)
         raise TrainError(f"{store.filename}: {exc}") from None

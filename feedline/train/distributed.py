@@ -56,9 +56,11 @@ def choose_device(requested: str, local_rank: int) -> torch.device:
 
 
 def init(requested_device: str = "auto", env: Mapping[str, str] | None = None,
-         timeout_s: float = 1800.0) -> DistInfo:
+         timeout_s: float = 300.0) -> DistInfo:
     """Join the process group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR);
-    a single process when WORLD_SIZE is absent or 1."""
+    a single process when WORLD_SIZE is absent or 1. A collective that waits longer than
+    ``timeout_s`` for a rank fails (gloo: at once; NCCL: through its watchdog), so a dead
+    or hung rank ends the job instead of hanging it."""
     env = os.environ if env is None else env
     world_size = _env_int(env, "WORLD_SIZE", 1)
     rank = _env_int(env, "RANK", 0)
@@ -88,6 +90,15 @@ def all_reduce_sum(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
     if info.distributed:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
+
+
+def sum_over_ranks(values: list[float], info: DistInfo) -> list[float]:
+    """``values`` summed elementwise over ranks, in float64 (themselves in one process)."""
+    if not info.distributed:
+        return [float(v) for v in values]
+    t = torch.tensor(values, dtype=torch.float64, device=info.device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
 
 
 def gather_ints(values: list[int], info: DistInfo) -> list[list[int]]:

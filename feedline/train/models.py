@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from .choices import Arch
 from .config import TrainError
 
 
@@ -148,15 +149,16 @@ def tiny(num_classes: int = 1000, zero_init_residual: bool = True) -> TinyNet:
     return TinyNet(num_classes, zero_init_residual)
 
 
-MODELS: dict[str, Callable[..., nn.Module]] = {"resnet18": resnet18, "resnet50": resnet50, "tiny": tiny}
+MODELS: dict[Arch, Callable[..., nn.Module]] = {Arch.RESNET18: resnet18, Arch.RESNET50: resnet50,
+                                               Arch.TINY: tiny}
 
 
-def build_model(name: str, num_classes: int = 1000, zero_init_residual: bool = True) -> nn.Module:
+def build_model(name: str | Arch, num_classes: int = 1000, zero_init_residual: bool = True) -> nn.Module:
     """A freshly initialized model by name; TrainError names the choices for an unknown one."""
     try:
-        builder = MODELS[name]
-    except KeyError:
-        raise TrainError(f"unknown architecture {name!r}; choose one of {', '.join(MODELS)}") from None
+        builder = MODELS[Arch.parse(name, "architecture")]
+    except ValueError as exc:
+        raise TrainError(str(exc)) from None
     if num_classes < 1:
         raise TrainError(f"a model needs at least one class, got num_classes={num_classes}")
     return builder(num_classes=num_classes, zero_init_residual=zero_init_residual)

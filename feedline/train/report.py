@@ -69,8 +69,35 @@ class Reporter:
             finally:
                 self._bar = _NoBar()
 
+    def start(self, cfg, info, amp: str, images: int, num_classes: int, lr: float, steps_per_epoch: int,
+              total_steps: int, warmup_steps: int, resumed=None) -> None:
+        """The run's first log line and its "start" event (``resumed``: the Progress resumed at)."""
+        self.info("training %s on %s: %d classes, %d images, %d rank(s) on %s, amp %s, global batch %d, "
+                  "lr %.4g, %d steps/epoch, %d epochs%s", cfg.arch, cfg.train, num_classes, images,
+                  info.world_size, info.device, amp, cfg.batch_size * cfg.accum_steps * info.world_size, lr,
+                  steps_per_epoch, cfg.epochs,
+                  f"; resumed at epoch {resumed.epoch + 1}, step {resumed.step}" if resumed else "")
+        self.event("start", config=cfg.to_dict(), world_size=info.world_size, device=str(info.device),
+                   amp=amp, lr=lr, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
+                   warmup_steps=warmup_steps, num_classes=num_classes,
+                   resumed_at={"epoch": resumed.epoch, "step": resumed.step} if resumed else None)
+
+    def epoch(self, record: dict, epochs: int, bad_records) -> None:
+        """The end-of-epoch line and event; ``bad_records`` (this rank's) as their own event."""
+        val = (f" | val loss {record['val_loss']:.4f}, top-1 {record['top1']:.1%}, top-5 {record['top5']:.1%}"
+               if "top1" in record else "")
+        bad = f", {record['bad_records']} bad record(s) substituted" if record.get("bad_records") else ""
+        self.info("epoch %d/%d: train loss %.4f%s | %s img/s, data wait %.0f%%, %.1f s%s", record["epoch"] + 1,
+                  epochs, record["train_loss"], val, f"{record['images_per_s']:,.0f}",
+                  100 * record["data_wait"], record["epoch_s"], bad)
+        self.event("epoch", **record)
+        if bad_records:
+            self.event("bad_records", epoch=record["epoch"], rank=0, records=[
+                {"index": r.index, "path": r.path, "reason": r.reason, "substitute": r.substitute}
+                for r in bad_records])
+
     def window(self, w: Window) -> None:
-        """One log line every --log-every optimizer steps."""
+        """One log line every --log-every optimizer steps, whether stderr is a terminal or a file."""
         if not self.enabled:
             return
         images_per_s = w.images_per_s * self.world_size

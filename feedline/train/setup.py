@@ -9,9 +9,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import TrainConfig
+from .config import TrainConfig, TrainError
 from .distributed import DistInfo
-from .loop import Amp, StepRunner, make_optimizer
+from .models import build_model
+from .choices import Amp as AmpMode
+from .step import Amp, StepRunner, make_optimizer
 from .schedule import WarmupCosine
 
 WARMUP_MICRO = 3  # micro-steps left out of throughput: cudnn autotuning, compilation, first allocations
@@ -35,16 +37,35 @@ def configure_torch(cfg: TrainConfig, info: DistInfo) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
-def resolve_amp(mode: str, device: torch.device) -> Amp:
+def resolve_amp(mode: str | AmpMode, device: torch.device) -> Amp:
     """``auto``: bf16 on GPUs that have it (no loss scaling needed), fp16 on older GPUs,
     full float32 on the CPU, where bf16 autocast is only fast with AMX."""
-    if mode == "auto":
+    mode = AmpMode.parse(mode, "--amp")
+    if mode is AmpMode.AUTO:
         if device.type == "cuda":
-            mode = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+            mode = AmpMode.BF16 if torch.cuda.is_bf16_supported() else AmpMode.FP16
         else:
-            mode = "off"
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}[mode]
+            mode = AmpMode.OFF
+    dtype = {AmpMode.BF16: torch.bfloat16, AmpMode.FP16: torch.float16, AmpMode.OFF: None}[mode]
     return Amp(device.type, dtype)
+
+
+def place_model(cfg: TrainConfig, info: DistInfo, num_classes: int) -> nn.Module:
+    """A fresh --arch model on this rank's device, in channels_last when asked, with
+    SyncBatchNorm when asked (CUDA only)."""
+    raw = build_model(cfg.arch, num_classes, cfg.zero_init_residual)
+    if cfg.sync_bn and info.distributed:
+        if info.device.type != "cuda":
+            raise TrainError("--sync-bn needs CUDA GPUs (SyncBatchNorm has no CPU path); drop it on CPU")
+        raw = nn.SyncBatchNorm.convert_sync_batchnorm(raw)
+    fmt = torch.channels_last if cfg.channels_last else torch.preserve_format
+    return raw.to(info.device, memory_format=fmt)
+
+
+def peak_lr(cfg: TrainConfig, world_size: int) -> float:
+    """--lr, or the linear scaling rule: 0.1 x global batch / 256 (Goyal et al.)."""
+    global_batch = cfg.batch_size * cfg.accum_steps * world_size
+    return cfg.lr if cfg.lr is not None else 0.1 * global_batch / 256
 
 
 def build_runner(raw: nn.Module, cfg: TrainConfig, info: DistInfo, amp: Amp, lr: float,

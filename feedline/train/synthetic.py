@@ -6,16 +6,19 @@ import copy
 import torch
 from torch import nn
 
+from ..stats import LoaderStats
 from .config import TrainConfig
 from .distributed import DistInfo
-from .loop import Amp, Progress, train_epoch
+from .loop import Progress, train_epoch
+from .report import Reporter
+from .result import TrainResult, finish
 from .setup import WARMUP_MICRO, build_runner
+from .step import Amp
 
 
 class SyntheticLoader:
-    """Yields the same pre-made batch ``steps`` times; quacks like FeedLoader for the loop."""
-
-    stats = None
+    """Yields the same pre-made batch ``steps`` times; quacks like FeedLoader for the loop
+    (its ``stats`` count no wait: the batch is already there)."""
 
     def __init__(self, batch_size: int, size: int, num_classes: int, steps: int,
                  device: torch.device, dtype: torch.dtype = torch.float32,
@@ -27,11 +30,16 @@ class SyntheticLoader:
         self.images = images
         self.labels = torch.randint(0, num_classes, (batch_size,), generator=gen).to(device)
         self.steps = steps
+        self.stats = LoaderStats()
 
     def __len__(self) -> int:
         return self.steps
 
     def __iter__(self):
+        self.stats = LoaderStats()
+        return self._batches()
+
+    def _batches(self):
         for _ in range(self.steps):
             yield self.images, self.labels
 
@@ -54,3 +62,29 @@ def measure_synthetic(raw: nn.Module, cfg: TrainConfig, info: DistInfo, amp: Amp
     er = train_epoch(runner, loader, Progress(), accum_steps=cfg.accum_steps, device=info.device,
                      log_every=max(steps, 1), warmup_micro=min(WARMUP_MICRO, steps - 1))
     return er.timed_images / er.timed_s if er.timed_s > 0 else None
+
+
+def run_synthetic_only(raw: nn.Module, cfg: TrainConfig, info: DistInfo, amp: Amp, lr: float,
+                       num_classes: int, dtype: torch.dtype, reporter: Reporter,
+                       result: TrainResult) -> TrainResult:
+    """--synthetic: the model's throughput ceiling, no data set read, no checkpoint."""
+    reporter.info("synthetic run: %s, %d classes, batch %d x %d ranks, %dx%d, amp %s, %d steps on %s",
+                  cfg.arch, num_classes, cfg.batch_size, info.world_size, cfg.size, cfg.size, amp.name,
+                  cfg.synthetic_steps, info.device)
+    reporter.event("start", config=cfg.to_dict(), world_size=info.world_size, device=str(info.device),
+                   amp=amp.name, lr=lr, synthetic=True, num_classes=num_classes)
+    runner = build_runner(raw, cfg, info, amp, lr, 0, cfg.synthetic_steps)
+    loader = SyntheticLoader(cfg.batch_size, cfg.size, num_classes, cfg.synthetic_steps, info.device,
+                             dtype, cfg.channels_last, cfg.seed)
+    progress = Progress()
+    er = train_epoch(runner, loader, progress, accum_steps=cfg.accum_steps, device=info.device,
+                     log_every=cfg.log_every, on_log=reporter.window,
+                     warmup_micro=min(WARMUP_MICRO, cfg.synthetic_steps - 1))
+    result.steps = progress.step
+    result.synthetic_images_per_s = er.timed_images / er.timed_s if er.timed_s > 0 else None
+    if result.synthetic_images_per_s:
+        reporter.info("synthetic ceiling: %s img/s per rank, %s img/s in all",
+                      f"{result.synthetic_images_per_s:,.0f}",
+                      f"{result.synthetic_images_per_s * info.world_size:,.0f}")
+    finish(result, raw, info, reporter)
+    return result

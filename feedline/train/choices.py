@@ -1,0 +1,47 @@
+"""The trainer's own option choices, as ``feedline.choices.Choice`` Enums (strings too).
+
+The loader's choices (DecoderName, OnError, Order) live in feedline.choices. No torch
+here: the command line builds its parser from these.
+"""
+from __future__ import annotations
+
+from ..choices import Choice
+
+
+class Arch(Choice):
+    """The model to train."""
+
+    RESNET18 = "resnet18"
+    RESNET50 = "resnet50"
+    TINY = "tiny"              # four conv layers: seconds per epoch on a CPU, for tests and demos
+
+
+class Amp(Choice):
+    """Autocast dtype of the forward pass."""
+
+    AUTO = "auto"              # bf16 on GPUs that have it, fp16 on older ones, off on the CPU
+    BF16 = "bf16"              # float32's range: no loss scaling
+    FP16 = "fp16"              # with a GradScaler
+    OFF = "off"                # full float32
+
+
+class Device(Choice):
+    """Where the model runs; ``cuda:N`` names one GPU (see ``parse_device``)."""
+
+    AUTO = "auto"              # this rank's GPU when CUDA is usable, else the CPU
+    CUDA = "cuda"              # this rank's GPU: LOCAL_RANK modulo the GPU count
+    CPU = "cpu"
+
+
+def parse_device(value: str, option: str = "--device") -> str:
+    """``auto``, ``cuda``, ``cuda:N`` or ``cpu`` (any case); ValueError names them otherwise."""
+    text = str(value).strip().lower()
+    kind, sep, index = text.partition(":")
+    if sep and kind == Device.CUDA.value and index.isdigit():
+        return f"cuda:{int(index)}"
+    if sep:
+        raise ValueError(f"{option} must be auto, cuda, cuda:N or cpu, got {value!r}")
+    try:
+        return Device(kind).value
+    except ValueError:
+        raise ValueError(f"{option} must be auto, cuda, cuda:N or cpu, got {value!r}") from None

@@ -1,0 +1,110 @@
+"""A run's checkpoints: what one holds, saving it, and continuing a run from one exactly.
+
+A checkpoint holds everything the next step depends on: weights, optimizer momentum,
+the schedule's step, the gradient scaler, where the loader stands in the epoch (its own
+``state_dict``), the epoch's loss so far, and the RNG state. The data order and crops
+are functions of (seed, epoch, index), so a resumed run sees the batches an
+uninterrupted one would have seen next.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from . import checkpoint
+from .config import TrainConfig, TrainError
+from .distributed import DistInfo, sum_over_ranks
+from .loop import Progress
+from .report import Reporter
+from .step import StepRunner
+
+# What a resumed run must share with the run that saved: else the schedule, the data
+# order or the meaning of a step would differ.
+_SAME = ("arch", "batch_size", "accum_steps", "seed", "epochs")
+
+
+class Checkpoints:
+    """Saves the run's state (collective when distributed: the epoch's loss is summed over
+    ranks; only rank 0 writes) and restores it. ``saved`` is the (epoch, step) of the newest
+    checkpoint this run wrote or resumed from, for error messages on every rank."""
+
+    def __init__(self, cfg: TrainConfig, info: DistInfo, reporter: Reporter, num_classes: int,
+                 steps_per_epoch: int):
+        self.cfg, self.info, self.reporter = cfg, info, reporter
+        self.num_classes, self.steps_per_epoch = num_classes, steps_per_epoch
+        self.path = cfg.checkpoint_path
+        self.saved: tuple[int, int] | None = None
+        if info.is_main:
+            checkpoint.remove_stale_temporaries(self.path)
+
+    def save(self, raw: nn.Module, runner: StepRunner, progress: Progress, loader_state: dict | None,
+             history: list[dict]) -> None:
+        """``loader_state`` None: at an epoch boundary (``progress`` already at the next epoch)."""
+        loss_sum, samples = sum_over_ranks([progress.loss_sum, progress.samples], self.info)
+        self.saved = (progress.epoch, progress.step)
+        if not self.info.is_main:
+            return
+        # Each rank restores 1/world of the epoch's totals, so their sum stays right.
+        world = self.info.world_size
+        saved = dataclasses.replace(progress, loss_sum=loss_sum / world, samples=int(samples) // world)
+        state = {
+            "format": checkpoint.CHECKPOINT_FORMAT, "version": checkpoint.CHECKPOINT_VERSION,
+            "config": self.cfg.to_dict(), "num_classes": self.num_classes, "world_size": world,
+            "steps_per_epoch": self.steps_per_epoch, "model": raw.state_dict(),
+            "optimizer": runner.optimizer.state_dict(), "scheduler": runner.scheduler.state_dict(),
+            "scaler": runner.scaler.state_dict() if runner.scaler is not None else None,
+            "progress": dataclasses.asdict(saved), "loader": loader_state, "rng": _rng_state(),
+            "history": history,
+        }
+        checkpoint.save(state, self.path)
+        self.reporter.event("checkpoint", path=self.path, epoch=progress.epoch, step=progress.step,
+                            mid_epoch=loader_state is not None)
+
+    def check(self, state: dict) -> None:
+        """TrainError when ``state`` cannot continue this run, naming what differs."""
+        where, saved = self.cfg.resume_path, state.get("config", {})
+        for key in _SAME:
+            if saved.get(key) != getattr(self.cfg, key):
+                raise TrainError(f"{where} was written with --{key.replace('_', '-')} {saved.get(key)}, "
+                                 f"this run has {getattr(self.cfg, key)}; resume with the same options")
+        if state.get("num_classes") != self.num_classes:
+            raise TrainError(f"{where} has {state.get('num_classes')} classes, the data "
+                             f"{self.num_classes}; resume on the same data set")
+        if state.get("world_size") != self.info.world_size:
+            raise TrainError(f"{where} was written by {state.get('world_size')} ranks, this run has "
+                             f"{self.info.world_size}; resume with the same number of processes")
+        if state.get("steps_per_epoch") != self.steps_per_epoch:
+            raise TrainError(f"{where}: {state.get('steps_per_epoch')} steps per epoch, this run "
+                             f"{self.steps_per_epoch}; resume on the same data set")
+
+    def restore_model(self, state: dict, raw: nn.Module) -> None:
+        """Check ``state`` against this run and load its weights (before DDP wraps the model)."""
+        self.check(state)
+        raw.load_state_dict(state["model"])
+
+    def restore_training(self, state: dict, runner: StepRunner) -> tuple[Progress, dict | None]:
+        """Put the optimizer, schedule, scaler and RNG back; returns where the run stands and
+        the loader's state (None at an epoch boundary)."""
+        runner.optimizer.load_state_dict(state["optimizer"])
+        runner.scheduler.load_state_dict(state["scheduler"])
+        if runner.scaler is not None and state.get("scaler"):
+            runner.scaler.load_state_dict(state["scaler"])
+        _set_rng_state(state["rng"])
+        progress = Progress(**state["progress"])
+        self.saved = (progress.epoch, progress.step)
+        return progress, state["loader"]
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])

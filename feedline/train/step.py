@@ -1,0 +1,78 @@
+"""One training step: forward under autocast, backward, and every ``accum_steps`` micro-steps
+the optimizer step (SGD with momentum, no weight decay on BatchNorm parameters and biases)."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Amp:
+    """Autocast settings: ``dtype`` None means full float32."""
+
+    device_type: str
+    dtype: torch.dtype | None
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+    @property
+    def name(self) -> str:
+        return {None: "off", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.dtype]
+
+
+def make_optimizer(model: nn.Module, lr: float, momentum: float, weight_decay: float) -> torch.optim.SGD:
+    """SGD with momentum; no weight decay on BatchNorm parameters and biases (1-d tensors),
+    which only shrinks them without regularizing the function."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim <= 1 else decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.SGD(groups, lr=lr, momentum=momentum)
+
+
+class StepRunner:
+    """One micro-step: forward under autocast, backward, and on the last micro-step of an
+    accumulation group the optimizer step. DDP's all-reduce is skipped (``no_sync``) on
+    micro-steps that do not step, so accumulation costs one all-reduce per step."""
+
+    def __init__(self, net: nn.Module, ddp: nn.Module | None, optimizer: torch.optim.Optimizer,
+                 scheduler, scaler: torch.amp.GradScaler | None, criterion: nn.Module, amp: Amp):
+        self.net = net            # what to call: possibly compiled, possibly DDP
+        self.ddp = ddp            # the DDP module, for no_sync; None in one process
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.scaler = scaler
+        self.criterion = criterion
+        self.amp = amp
+        self.last_lr = optimizer.param_groups[0]["lr"]  # of the latest optimizer step
+
+    def micro_step(self, images: torch.Tensor, labels: torch.Tensor, group_size: int,
+                   step_now: bool) -> torch.Tensor:
+        """Returns the (unscaled, detached) mean loss of the micro-batch, still on the device."""
+        no_sync = self.ddp.no_sync() if self.ddp is not None and not step_now else contextlib.nullcontext()
+        with no_sync:
+            with self.amp.autocast():
+                loss = self.criterion(self.net(images), labels)
+            scaled = loss / group_size if group_size > 1 else loss
+            if self.scaler is not None:
+                self.scaler.scale(scaled).backward()
+            else:
+                scaled.backward()
+        if step_now:
+            self.last_lr = self.optimizer.param_groups[0]["lr"]
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scheduler.step()
+        return loss.detach()
