@@ -44,6 +44,38 @@ def uniform(seed: int, epoch: int, index: int, draw: int, stream: int = 0) -> fl
     return (bits >> 11) / float(1 << 53)
 
 
+def _unxorshift(x: int, shift: int) -> int:
+    """The x with x ^ (x >> shift) == the given value."""
+    y = x
+    for _ in range(64 // shift + 1):
+        y = x ^ (y >> shift)
+    return y
+
+
+def unsplitmix64(y: int) -> int:
+    """The inverse of ``splitmix64``: every step is a bijection on 64-bit integers."""
+    y = _unxorshift(y, 31)
+    y = (y * pow(0x94D049BB133111EB, -1, 1 << 64)) & MASK64
+    y = _unxorshift(y, 27)
+    y = (y * pow(0xBF58476D1CE4E5B9, -1, 1 << 64)) & MASK64
+    y = _unxorshift(y, 30)
+    return (y - GOLDEN) & MASK64
+
+
+def index_whose_draw_is(seed: int, epoch: int, draw: int, value: float, stream: int = 0) -> int:
+    """The sample index (as a signed int64) whose ``draw`` equals ``value`` exactly, a
+    multiple of 2**-53 in [0, 1): found by running the hash backwards, to test what the
+    code does on a boundary that random draws hit once in 2**53."""
+    top = int(value * (1 << 53))
+    assert top / float(1 << 53) == value and 0 <= top < 1 << 53
+    key = splitmix64(seed & MASK64)
+    key = splitmix64(key ^ (epoch & MASK64))
+    key = splitmix64(key ^ stream)
+    inner = (unsplitmix64(top << 11) - draw) & MASK64
+    index = unsplitmix64(inner) ^ key
+    return index - (1 << 64) if index >= 1 << 63 else index
+
+
 def sample_uniforms(seed: int, epoch: int, index: int, draws: int = TRAIN_DRAWS,
                     stream: int = 0) -> list[float]:
     return [uniform(seed, epoch, index, d, stream) for d in range(draws)]

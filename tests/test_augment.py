@@ -12,7 +12,7 @@ from feedline.augment import AugmentSpec, center_crop, plan, random_resized_crop
 # Shapes that reach every branch: landscape, portrait, square, tiny, and strips too thin
 # for any attempt (torchvision's fallback, on either side of the ratio range).
 SHAPES = [(375, 500), (500, 375), (224, 224), (1, 1), (2, 3), (7, 1), (10, 1000), (1000, 10),
-          (60, 45), (33, 44), (480, 640), (1200, 90)]
+          (60, 45), (33, 44), (480, 640), (1200, 90), (1, 2), (1, 3), (1, 4), (3, 1)]
 
 
 def ks_distance(a: np.ndarray, b: np.ndarray) -> float:
@@ -91,6 +91,30 @@ def test_plan_passes_scale_ratio_and_flip_through():
         assert tuple(boxes[k].tolist()) == box
 
 
+def test_sizes_as_stores_keep_them_int32_even_for_the_largest_jpeg():
+    """Stores hold (height, width) as int32; the area of a 65535 x 65535 JPEG does not fit
+    in int32, and the crop must still be torchvision's."""
+    H = np.array([65535, 50000, 375], dtype=np.int32)
+    W = np.array([65535, 60000, 500], dtype=np.int32)
+    u = np.random.default_rng(5).random((3, 22))
+    got = random_resized_crop(H, W, u)
+    assert [tuple(b) for b in got.tolist()] == [
+        oracles.random_resized_crop(int(h), int(w), row) for h, w, row in zip(H, W, u)]
+    boxes = center_crop(H, W, (224, 224))
+    assert boxes.tolist() == center_crop(H.astype(np.int64), W.astype(np.int64), (224, 224)).tolist()
+
+
+@pytest.mark.parametrize("spec", [AugmentSpec(), AugmentSpec(flip=False), AugmentSpec(train=False)],
+                         ids=["train", "no-flip", "eval"])
+def test_plans_are_int64_boxes_and_bool_flips(spec):
+    """The documented types, which the decode threads and DALI index and branch on."""
+    boxes, flips = plan(spec, 0, 0, [0, 1, 2], np.array([300, 40, 7], dtype=np.int32),
+                        np.array([200, 90, 7], dtype=np.int32))
+    assert boxes.dtype == np.int64 and boxes.shape == (3, 4)
+    assert flips.dtype == np.bool_ and flips.shape == (3,)
+    assert center_crop([300], [200], (32, 32)).dtype == np.int64
+
+
 def test_random_resized_crop_fallback_for_extreme_shapes():
     # A 1000x10 strip: no attempt fits the ratio range, so torchvision's fallback applies.
     u = np.full((1, 22), 0.999)
@@ -104,6 +128,9 @@ def test_random_resized_crop_fallback_for_extreme_shapes():
     # the image's own ratio is in range: the whole image, whatever the position draws say
     box = random_resized_crop([90], [100], u, scale=(1.0, 1.0), ratio=(1.0, 1.2))[0]
     assert tuple(box) == (0, 0, 90, 100)
+    # a 1 x 2 strip is wider than 4/3: one pixel (no attempt fits with the smallest ratio)
+    u = np.zeros((1, 22))
+    assert tuple(random_resized_crop([1], [2], u)[0]) == (0, 0, 1, 1)
 
 
 # -- the distribution a random-resized crop must have ----------------------------------------
@@ -169,6 +196,18 @@ def test_flip_rate_is_one_half_and_independent_of_the_crop(crops_375x500):
     fx = left[room] / (500 - w[room])
     assert abs(np.corrcoef(flips[room], fx)[0, 1]) < 0.03
     assert abs(np.corrcoef(flips, h * w)[0, 1]) < 0.03
+
+
+def test_flip_probability_is_exactly_one_half_at_the_boundary():
+    """The flip draw takes 2**53 equally likely values; exactly half of them (those below
+    1/2) flip. A draw of exactly 1/2 does not flip; the one just below does."""
+    flip_draw = oracles.TRAIN_DRAWS - 1
+    for value, want in [(0.5, False), (0.5 - 2**-53, True), (0.0, True), (1 - 2**-53, False)]:
+        index = oracles.index_whose_draw_is(3, 4, flip_draw, value)
+        assert oracles.uniform(3, 4, index, flip_draw) == value
+        assert uniforms(3, 4, [index], oracles.TRAIN_DRAWS)[0, flip_draw] == value
+        _, flips = plan(AugmentSpec(), 3, 4, [index], [100], [100])
+        assert bool(flips[0]) is want and oracles.train_params(3, 4, index, 100, 100)[1] is want
 
 
 def test_crops_change_with_epoch_and_seed_but_not_with_the_batch():

@@ -91,7 +91,8 @@ def test_one_rank_gets_the_whole_order_in_order():
 
 @pytest.mark.parametrize("rank,world", [(2, 2), (-1, 2), (0, 0), (5, 3)])
 def test_shard_rejects_a_rank_outside_the_world(rank, world):
-    with pytest.raises(ValueError, match="rank"):
+    """The message names the rank and the ranks that exist."""
+    with pytest.raises(ValueError, match=rf"rank {rank} is not in 0\.\.{world - 1}\b"):
         shard(np.arange(10), rank, world)
 
 

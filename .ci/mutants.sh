@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Mutation testing (issue 15), not part of `make test`: `make mutants`, or
+#   .ci/mutants.sh [AREA...]        areas: see AREAS below; none given = all of them
+# Each area runs mutmut 3 (configured in setup.cfg) over its modules with only its tests,
+# in a scratch copy of the working tree (tracked and untracked, not ignored, files), so the
+# checkout never gets a mutants/ folder and others' edits during the run do not matter.
+# Prints each area's score and writes it to $MUTANTS_DIR/<area>/score.txt; the surviving
+# mutants are listed there too (survivors.txt). tests/MUTATION.md records the last scores and
+# why each surviving mutant that no test can kill is equivalent.
+#
+# Environment: MUTANTS_DIR (scratch, default ${TMPDIR:-/tmp}/feedline-mutants),
+# MUTANTS_JOBS (parallel mutants, default 1: the machine is shared), PY (the venv's python).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PY:-$ROOT/.venv/bin/python}
+MUTMUT=$(dirname "$PY")/mutmut
+WORK=${MUTANTS_DIR:-${TMPDIR:-/tmp}/feedline-mutants}
+JOBS=${MUTANTS_JOBS:-1}
+
+# area -> "modules to mutate (globs) | tests to run"
+declare -A AREAS=(
+  [order]="feedline/order.py | tests/test_order.py tests/test_properties.py"
+  [augment]="feedline/augment.py | tests/test_augment.py tests/test_properties.py"
+  [substitute]="feedline/sources/substitute.py | tests/test_substitute.py tests/test_properties.py"
+  [plan]="feedline/plan.py | tests/test_properties.py tests/test_loader.py"
+)
+ORDER=(order augment substitute plan)
+
+if [[ ! -x $MUTMUT ]]; then
+  echo "mutants: $MUTMUT not found; install it: $PY -m pip install 'mutmut>=3.8,<4'" >&2
+  exit 2
+fi
+areas=("$@")
+[[ ${#areas[@]} -gt 0 ]] || areas=("${ORDER[@]}")
+for area in "${areas[@]}"; do
+  [[ -n ${AREAS[$area]+x} ]] || { echo "mutants: unknown area '$area' (known: ${ORDER[*]})" >&2; exit 2; }
+done
+
+status=0
+for area in "${areas[@]}"; do
+  spec=${AREAS[$area]}
+  modules=${spec%%|*}
+  tests=${spec#*|}
+  dir=$WORK/$area
+  rm -rf "$dir" && mkdir -p "$dir"
+  # (files deleted in the working tree but still in the index are left out)
+  (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard \
+     | "$PY" -c 'import os, sys; sys.stdout.write("".join(p + "\0" for p in sys.stdin.read().split("\0") if p and os.path.lexists(p)))' \
+     | tar --null -T - -cf -) | tar -C "$dir" -xf -
+  # The area's modules and tests, added to the [mutmut] section of the copy's setup.cfg.
+  "$PY" - "$dir/setup.cfg" "$modules" "$tests" <<'EOF'
+import configparser, sys
+path, modules, tests = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+cfg = configparser.ConfigParser()
+cfg.read(path)
+cfg["mutmut"]["only_mutate"] = "\n" + "\n".join(modules)
+cfg["mutmut"]["pytest_add_cli_args_test_selection"] = "\n" + "\n".join(tests)
+with open(path, "w") as f:
+    cfg.write(f)
+EOF
+  echo "== mutants: $area: mutating ${modules% } with${tests}"
+  (cd "$dir" && nice -n 10 "$MUTMUT" run --max-children "$JOBS" > run.log 2>&1) || {
+    echo "mutants: mutmut failed for $area, see $dir/run.log" >&2; tail -20 "$dir/run.log" >&2; status=1; continue; }
+  (cd "$dir" && "$MUTMUT" export-cicd-stats > /dev/null 2>&1 && "$MUTMUT" results > survivors.txt 2>&1) || true
+  "$PY" - "$dir" "$area" <<'EOF'
+import json, sys
+from pathlib import Path
+folder, area = Path(sys.argv[1]), sys.argv[2]
+s = json.loads((folder / "mutants" / "mutmut-cicd-stats.json").read_text())
+killed = s["killed"] + s["timeout"]
+tested = s["total"] - s["skipped"]
+line = (f"{area}: killed {killed} / {tested} mutants ({100 * killed / max(tested, 1):.1f}%), "
+        f"survived {s['survived']}, no tests {s['no_tests']}, suspicious {s['suspicious']}, "
+        f"timeout {s['timeout']}")
+print(line)
+(folder / "score.txt").write_text(line + "\n")
+EOF
+  sed 's/^/    /' "$dir/survivors.txt"
+done
+exit $status
