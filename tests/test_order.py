@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import oracles
-from feedline.order import batch_count, epoch_order, shard
+from feedline.order import batch_count, epoch_order, quasi_random_order, shard
 
 
 def test_permutation_is_a_pure_function_of_seed_and_epoch():
@@ -102,3 +102,60 @@ def test_batch_count_is_full_batches_plus_a_partial_one_unless_dropped(samples, 
     full, rest = divmod(samples, batch_size)
     assert batch_count(samples, batch_size, drop_last=True) == full
     assert batch_count(samples, batch_size, drop_last=False) == full + (rest > 0)
+
+
+# -- quasi-random (page-aware) order ----------------------------------------------------------
+
+def window_of_each_position(order: np.ndarray, block: int, window: int) -> np.ndarray:
+    """For each place in ``order``, the window its record belongs to: blocks (records
+    r // block) numbered by first appearance, then cut into runs of ``window`` blocks."""
+    blocks = (order // block).tolist()
+    rank = {}
+    for b in blocks:
+        rank.setdefault(b, len(rank))
+    return np.array([rank[b] // window for b in blocks], dtype=np.int64)
+
+
+@pytest.mark.parametrize("n,block,window", [(1000, 16, 4), (1000, 7, 3), (97, 10, 2), (50, 1, 1),
+                                            (64, 8, 100), (5, 16, 256), (1, 1, 1), (0, 4, 4)])
+def test_quasi_random_order_reads_whole_blocks_one_window_at_a_time(n, block, window):
+    """A permutation of range(n) from (seed, epoch) alone; the records of each window of
+    ``window`` blocks come together, each block whole inside its window."""
+    order = quasi_random_order(n, 3, 1, block, window)
+    assert order.dtype == np.int64
+    assert sorted(order.tolist()) == list(range(n))
+    assert order.tolist() == quasi_random_order(n, 3, 1, block, window).tolist()
+    where = window_of_each_position(order, block, window)
+    assert (np.diff(where) >= 0).all(), "a window's records are read together"
+    windows = -(-(-(-n // block)) // window)
+    assert len(set(where.tolist())) == windows
+    for w in range(windows):   # each window holds exactly its blocks' records, all of them
+        records = order[where == w]
+        blocks = set((records // block).tolist())
+        assert len(blocks) == min(window, -(-n // block) - w * window)
+        assert sorted(records.tolist()) == [r for b in sorted(blocks) for r in range(b * block, min(n, (b + 1) * block))]
+
+
+def test_quasi_random_order_shuffles_blocks_and_records_within_windows():
+    n, block, window = 4096, 16, 8
+    orders = [quasi_random_order(n, 0, e, block, window) for e in range(3)]
+    assert orders[0].tolist() != orders[1].tolist() != orders[2].tolist()
+    assert orders[0].tolist() != quasi_random_order(n, 1, 0, block, window).tolist()
+    order = orders[0]
+    # blocks come in a random order, spread over the whole file
+    first_blocks = list(dict.fromkeys((order // block).tolist()))
+    assert first_blocks != sorted(first_blocks)
+    assert np.corrcoef(np.arange(len(first_blocks)), first_blocks)[0, 1] < 0.2
+    # within a window the records are shuffled across its blocks, not read block after block
+    head = order[:block * window]
+    assert len(set((head[:block] // block).tolist())) > 3
+    assert (np.diff(head) == 1).mean() < 0.2
+    # a window as large as the data set is a full random permutation
+    full = quasi_random_order(n, 0, 0, block, n)
+    assert (np.diff(full) == 1).mean() < 0.01
+
+
+def test_quasi_random_order_rejects_empty_blocks_and_windows():
+    for block, window in [(0, 4), (4, 0), (-1, 1)]:
+        with pytest.raises(ValueError, match="block and window"):
+            quasi_random_order(10, 0, 0, block, window)

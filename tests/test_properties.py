@@ -14,7 +14,7 @@ from hypothesis import assume, given, settings, strategies as st
 import oracles
 from feedline.augment import AugmentSpec, center_crop, plan, random_resized_crop, uniforms
 from feedline.choices import Order
-from feedline.order import batch_count, epoch_order, shard
+from feedline.order import batch_count, epoch_order, quasi_random_order, shard
 from feedline.plan import EpochPlan
 from feedline.sources.substitute import substitute_index, substitute_sample
 
@@ -191,24 +191,31 @@ def epoch_plans(draw):
     world = draw(st.integers(1, 4))
     return EpochPlan(spec=AugmentSpec(size=(16, 16), train=draw(st.booleans())),
                      seed=draw(st.integers(0, 2**32)), epoch=draw(st.integers(0, 100)),
-                     order=draw(st.sampled_from([Order.SEQUENTIAL, Order.RANDOM])),
+                     order=draw(st.sampled_from(list(Order))),
                      batch_size=draw(st.integers(1, 9)), drop_last=draw(st.booleans()),
                      rank=draw(st.integers(0, world - 1)), world_size=world,
-                     even_shards=draw(st.booleans()))
+                     even_shards=draw(st.booleans()), block=draw(st.integers(1, 9)),
+                     window=draw(st.integers(1, 5)))
 
 
 @PROPERTY
 @given(epoch_plan=epoch_plans(), n=st.integers(1, 60), data=st.data())
 def test_epoch_plan_batches_are_the_rank_share_cut_into_batches(epoch_plan, n, data):
-    """The batches of an epoch are this rank's share of the epoch order (the oracle's
-    DistributedSampler cut, or every world_size-th record without padding) cut into
+    """The batches of an epoch are this rank's share of the epoch order (range(n), the
+    seeded permutation, or the page-aware order, as ``order`` says), shared out as the
+    oracle's DistributedSampler (or every world_size-th record without padding), cut into
     batch_size pieces, the partial one dropped with drop_last; each sample carries its own
     label and the box and flip it gets alone; starting at batch k skips exactly k batches."""
     labels = np.array(data.draw(st.lists(st.integers(0, 999), min_size=n, max_size=n)), dtype=np.int64)
     sizes = np.array(data.draw(st.lists(st.tuples(st.integers(1, 300), st.integers(1, 300)),
                                         min_size=n, max_size=n)), dtype=np.int64)
     p = epoch_plan
-    order = list(range(n)) if p.order is Order.SEQUENTIAL else epoch_order(n, p.seed, p.epoch, True).tolist()
+    if p.order is Order.QUASI_RANDOM:   # its own properties are in test_order.py
+        order = quasi_random_order(n, p.seed, p.epoch, p.block, p.window).tolist()
+    elif p.order is Order.RANDOM:
+        order = epoch_order(n, p.seed, p.epoch, True).tolist()
+    else:
+        order = list(range(n))
     share = (oracles.shard(order, p.rank, p.world_size) if p.even_shards
              else order[p.rank::p.world_size])
     cut = [share[k:k + p.batch_size] for k in range(0, len(share), p.batch_size)]
