@@ -342,3 +342,37 @@ def test_cli_main_reports_errors_in_one_line(tmp_path, capsys, restore_logging):
     assert main(["pack", str(tmp_path / "missing"), str(tmp_path / "o.lmdb")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no such folder" in err[0]
+
+
+# --- --check decode -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def damaged_data(tmp_path_factory) -> str:
+    """Photos plus one JPEG with valid headers and EOI whose entropy-coded data is cut
+    in the middle: the header check passes it, libjpeg-turbo only warns."""
+    from feedline.sample import make_photo_folder
+    root = tmp_path_factory.mktemp("damaged") / "src"
+    make_photo_folder(str(root), n=6, classes=2, seed=8, sizes=SIZES)
+    whole = (root / "class_000" / "img_0000000.jpg").read_bytes()
+    (root / "class_001" / "cut.jpg").write_bytes(whole[:len(whole) // 2] + whole[-2:])
+    return str(root)
+
+
+@pytest.mark.parametrize("ext", ["lmdb", "h5"])
+def test_check_decode_skips_damaged_image_data_as_corrupt(damaged_data, tmp_path, ext):
+    quick = pack(damaged_data, str(tmp_path / f"headers.{ext}"))
+    assert quick.packed == 7 and quick.skipped == []  # headers only: it passes
+    out = str(tmp_path / f"decoded.{ext}")
+    report = pack(damaged_data, out, check="decode", jobs=2)
+    assert report.packed == 6 and [(s.path, s.reason.value) for s in report.skipped] == [("class_001/cut.jpg", "corrupt")]
+    assert "damaged image data" in report.skipped[0].detail
+    with open(out + ".errors.csv", newline="") as fh:
+        assert [r[:2] for r in csv.reader(fh)][1:] == [["class_001/cut.jpg", "corrupt"]]
+    assert records(out) == [r for r in records(str(tmp_path / f"headers.{ext}")) if r[3] != "class_001/cut.jpg"]
+    assert meta_without_created(out)["pack_options"]["check"] == "decode"
+
+
+def test_cli_check_decode_and_no_space_check(damaged_data, tmp_path, capsys):
+    assert _cli([damaged_data, str(tmp_path / "c.lmdb"), "--check", "decode", "--no-space-check"]) == 0
+    assert "skipped: 1 (corrupt: 1)" in capsys.readouterr().out
+    assert meta_without_created(str(tmp_path / "c.lmdb"))["pack_options"]["check"] == "decode"

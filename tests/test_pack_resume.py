@@ -10,9 +10,11 @@ import time
 
 import pytest
 
-import feedline
 import helpers_images as imgs
-from converters import pack, read_error_report
+from pack_helpers import committed, snapshot
+
+import feedline
+from converters import pack
 from feedline.errors import PackError, StoreError
 from feedline.scan import scan_folder
 
@@ -45,16 +47,6 @@ def _pack_ok(src: str, out: str, **kw) -> str:
     return out
 
 
-def snapshot(out: str) -> dict:
-    """Everything that must match: records, labels, sizes, paths, metadata but its time, error report."""
-    with feedline.open_dataset(out) as ds:
-        recs = [(bytes(ds.read(i)), ds.label(i), ds.size(i), ds.path(i)) for i in range(len(ds))]
-        meta = {k: v for k, v in ds.meta.items() if k != "created"}
-    report = out + ".errors.csv"
-    return {"records": recs, "meta": meta,
-            "errors": read_error_report(report) if os.path.exists(report) else None}
-
-
 def interrupt_after(monkeypatch, k: int) -> None:
     """Reading the k-th file (in scan order) raises KeyboardInterrupt, as Ctrl-C would."""
     import converters.packer as packer
@@ -72,21 +64,50 @@ def names_in(folder) -> list[str]:
     return sorted(os.listdir(folder))
 
 
+def resume_reading(monkeypatch, src: str, out: str, **kw):
+    """``pack(..., resume=True)``, recording which files it reads (the real check_file,
+    wrapped): a resumed pack reads only the files after its last commit."""
+    import converters.packer as packer
+    real, read = packer.check_file, []
+
+    def recording(root, rel, options):
+        read.append(rel)
+        return real(root, rel, options)
+
+    with monkeypatch.context() as m:
+        m.setattr(packer, "check_file", recording)
+        report = pack(src, out, resume=True, **kw)
+    return report, read
+
+
+def assert_really_resumed(report, read: list[str], src: str, done: int) -> None:
+    """Resumed from the journal's last commit, and nothing before it read again."""
+    paths = scan_folder(src).paths
+    assert report.resumed_from == done
+    assert read == paths[done:]
+
+
 @pytest.mark.parametrize("ext", FORMATS)
 @pytest.mark.parametrize("k", [1, 6, 19])
-def test_interrupt_then_resume_is_identical(src, reference, tmp_path, monkeypatch, ext, k):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_interrupt_then_resume_is_identical(src, reference, tmp_path, monkeypatch, ext, k, jobs):
     out = str(tmp_path / f"o.{ext}")
     with monkeypatch.context() as m:
         interrupt_after(m, k)
         with pytest.raises(KeyboardInterrupt):
-            pack(src, out, commit_every=4, jobs=2)
+            pack(src, out, commit_every=4, jobs=jobs)
     assert not os.path.exists(out) and not os.path.exists(out + ".errors.csv")
-    report = pack(src, out, commit_every=4, jobs=2, resume=True)
+    done = committed(out)
+    # Commits every 4 files. One thread reads file k after committing what precedes it;
+    # with a pool, reading runs ahead of the conversions, so fewer may be committed.
+    assert done % 4 == 0 and done <= (k - 1) // 4 * 4
+    if jobs == 1:
+        assert done == (k - 1) // 4 * 4
+    report, read = resume_reading(monkeypatch, src, out, commit_every=4, jobs=jobs)
+    assert_really_resumed(report, read, src, done)
     assert snapshot(out) == reference[ext]
     assert names_in(tmp_path) == sorted([f"o.{ext}", f"o.{ext}.errors.csv"])
     assert report.packed + len(report.skipped) == report.found == 19
-    # Resumed from the last commit before the interrupted file (commits every 4 files).
-    assert report.resumed_from % 4 == 0 and report.resumed_from <= k - 1
 
 
 @pytest.mark.parametrize("ext", FORMATS)
@@ -103,21 +124,27 @@ def test_nothing_valid_at_out_after_an_interrupt(src, tmp_path, monkeypatch, ext
         assert names_in(tmp_path) == ["o.h5.partial.images", "o.h5.partial.journal"]
 
 
-def test_resume_with_other_options_is_refused(src, tmp_path, monkeypatch):
-    out = str(tmp_path / "o.lmdb")
+@pytest.mark.parametrize("ext", FORMATS)
+def test_resume_with_other_options_is_refused(src, tmp_path, monkeypatch, ext):
+    out = str(tmp_path / f"o.{ext}")
     with monkeypatch.context() as m:
         interrupt_after(m, 10)
         with pytest.raises(KeyboardInterrupt):
             pack(src, out, commit_every=4, jobs=1)
+    leftovers = names_in(tmp_path)
     with pytest.raises(PackError, match="quality: 95 then, 80 now"):
         pack(src, out, commit_every=4, quality=80, resume=True)
-    assert os.path.exists(out + ".partial") and not os.path.exists(out)
+    with pytest.raises(PackError, match="check: 'headers' then, 'decode' now"):
+        pack(src, out, commit_every=4, check="decode", resume=True)
+    assert names_in(tmp_path) == leftovers and not os.path.exists(out)
+    assert committed(out) == 8
 
 
-def test_resume_after_the_source_changed_is_refused(src, tmp_path, monkeypatch):
+@pytest.mark.parametrize("ext", FORMATS)
+def test_resume_after_the_source_changed_is_refused(src, tmp_path, monkeypatch, ext):
     import shutil
     copy = shutil.copytree(src, str(tmp_path / "copy"))
-    out = str(tmp_path / "o.h5")
+    out = str(tmp_path / f"o.{ext}")
     with monkeypatch.context() as m:
         interrupt_after(m, 10)
         with pytest.raises(KeyboardInterrupt):
@@ -127,9 +154,12 @@ def test_resume_after_the_source_changed_is_refused(src, tmp_path, monkeypatch):
         pack(copy, out, commit_every=4, resume=True)
 
 
-def test_resume_with_nothing_to_resume_packs_from_the_start(src, reference, tmp_path):
-    out = _pack_ok(src, str(tmp_path / "o.lmdb"), resume=True)
-    assert snapshot(out) == reference["lmdb"]
+@pytest.mark.parametrize("ext", FORMATS)
+def test_resume_with_nothing_to_resume_packs_from_the_start(src, reference, tmp_path, monkeypatch, ext):
+    out = str(tmp_path / f"o.{ext}")
+    report, read = resume_reading(monkeypatch, src, out)
+    assert_really_resumed(report, read, src, 0)
+    assert snapshot(out) == reference[ext]
 
 
 @pytest.mark.parametrize("ext", FORMATS)
@@ -156,7 +186,8 @@ def test_hdf5_torn_journal_line_and_extra_bytes_are_cut(src, reference, tmp_path
         fh.write(b"\xff" * 5000)
     with open(out + ".partial.journal", "ab") as fh:
         fh.write(b'{"chunk": 2, "consu')
-    pack(src, out, commit_every=4, resume=True)
+    report, read = resume_reading(monkeypatch, src, out, commit_every=4)
+    assert_really_resumed(report, read, src, 8)
     assert snapshot(out) == reference["h5"]
 
 
@@ -203,7 +234,9 @@ def test_full_disk_says_where_and_resume_finishes(src, reference, tmp_path, monk
             pack(src, out, commit_every=4, jobs=1)
     assert os.path.basename(out) in str(err.value)
     assert not os.path.exists(out)
-    pack(src, out, commit_every=4, resume=True)
+    assert committed(out) == 4  # the first commit; the second failed half-way and left nothing
+    report, read = resume_reading(monkeypatch, src, out, commit_every=4)
+    assert_really_resumed(report, read, src, 4)
     assert snapshot(out) == reference[ext]
 
 
@@ -220,7 +253,10 @@ def test_interrupt_between_finish_and_rename(src, reference, tmp_path, monkeypat
         with pytest.raises(KeyboardInterrupt):
             pack(src, out, commit_every=4, jobs=1)
     assert not os.path.exists(out)
-    pack(src, out, commit_every=4, resume=True)
+    # By design, LMDB packs a finished but unrenamed file again (it cannot prove it was made
+    # from this input); HDF5's staged bytes and journal are intact, so nothing is read again.
+    report, read = resume_reading(monkeypatch, src, out, commit_every=4)
+    assert_really_resumed(report, read, src, 0 if ext == "lmdb" else 19)
     assert snapshot(out) == reference[ext]
 
 
@@ -255,6 +291,8 @@ def test_sigkill_then_resume_is_identical(src, reference, tmp_path, ext):
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL
     assert not os.path.exists(out)
+    done = committed(out)
+    assert 0 < done < 19
     report = pack(src, out, commit_every=2, resume=True)
-    assert report.resumed_from > 0
+    assert report.resumed_from == done
     assert snapshot(out) == reference[ext]
