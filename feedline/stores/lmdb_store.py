@@ -164,34 +164,11 @@ class LmdbStore(Store):
             raise StoreError(f"{self.filename}: cannot read the record index ({exc}); the file is damaged") from None
 
     def layout_problems(self) -> list[str]:
-        n = len(self)
-        stored = extra = journal = 0
         try:
-            cursor = self._txn().cursor()
-            if cursor.set_range(LMDB_IMAGE_PREFIX):
-                for key in cursor.iternext(keys=True, values=False):
-                    key = bytes(key)
-                    if not key.startswith(LMDB_IMAGE_PREFIX):
-                        break
-                    stored += 1
-                    suffix = key[len(LMDB_IMAGE_PREFIX):]
-                    if not (suffix.isdigit() and int(suffix) < n and image_key(int(suffix)) == key):
-                        extra += 1
-            if cursor.set_range(LMDB_JOURNAL_PREFIX):
-                for key in cursor.iternext(keys=True, values=False):
-                    if not bytes(key).startswith(LMDB_JOURNAL_PREFIX):
-                        break
-                    journal += 1
+            return _key_problems(self._txn(), len(self))
         except lmdb.Error as exc:
             self._drop_txn()
             return [f"cannot walk the keys ({exc}); the file is damaged"]
-        problems = []
-        if extra:
-            problems.append(f"{extra} image key(s) beyond the {n} records the metadata counts "
-                            f"({stored} image keys stored)")
-        if journal:
-            problems.append(f"{journal} pack journal key(s) left: the pack did not finish")
-        return problems
 
     def close(self) -> None:
         with _lock:
@@ -212,3 +189,30 @@ class LmdbStore(Store):
             share.env.close()
             share.env = None
         share.pid = None
+
+
+def _key_problems(txn: lmdb.Transaction, n: int) -> list[str]:
+    """Image keys beyond the ``n`` records, and journal keys of an unfinished pack."""
+    stored = extra = journal = 0
+    cursor = txn.cursor()
+    if cursor.set_range(LMDB_IMAGE_PREFIX):
+        for key in cursor.iternext(keys=True, values=False):
+            key = bytes(key)
+            if not key.startswith(LMDB_IMAGE_PREFIX):
+                break
+            stored += 1
+            suffix = key[len(LMDB_IMAGE_PREFIX):]
+            if not (suffix.isdigit() and int(suffix) < n and image_key(int(suffix)) == key):
+                extra += 1
+    if cursor.set_range(LMDB_JOURNAL_PREFIX):
+        for key in cursor.iternext(keys=True, values=False):
+            if not bytes(key).startswith(LMDB_JOURNAL_PREFIX):
+                break
+            journal += 1
+    problems = []
+    if extra:
+        problems.append(f"{extra} image key(s) beyond the {n} records the metadata counts "
+                        f"({stored} image keys stored)")
+    if journal:
+        problems.append(f"{journal} pack journal key(s) left: the pack did not finish")
+    return problems
