@@ -162,12 +162,12 @@ def test_verify_catches_a_garbage_record(tmp_path, records, kind, main):
     assert out.splitlines()[-1].startswith("FAILED: ") and "1 bad record(s) of 12" in out
 
 
-def test_verify_catches_a_truncated_jpeg(tmp_path, records):
+def test_verify_catches_a_truncated_jpeg(tmp_path, records, kind):
     """libjpeg-turbo only warns about a JPEG cut short and returns a part-gray image."""
     images = list(records.images)
     big = jpeg(64, 64, seed=9)
     images[2] = big[:len(big) // 2]
-    path = write_lmdb(tmp_path / "cut.lmdb", damaged(records, images=images,
+    path = WRITERS[kind](tmp_path / f"cut.{kind}", damaged(records, images=images,
                                                      sizes=records.sizes[:2] + [(64, 64)] + records.sizes[3:]))
     result = verify(path, jobs=1)
     assert [p.index for p in result.problems] == [2]
@@ -232,18 +232,18 @@ def test_verify_catches_missing_and_extra_lmdb_records(tmp_path, records, main):
     assert out.startswith("file: ") and "2 bad record(s) of 12, 1 file problem(s)" in out
 
 
-def test_verify_results_do_not_depend_on_threads(tmp_path, records):
+def test_verify_results_do_not_depend_on_threads(tmp_path, records, kind):
     images, labels = list(records.images), list(records.labels)
     images[1] = images[8] = b"\xff\xd8\xff garbage"
     labels[10] = 99
-    path = write_lmdb(tmp_path / "many.lmdb", damaged(records, images=images, labels=labels))
+    path = WRITERS[kind](tmp_path / f"many.{kind}", damaged(records, images=images, labels=labels))
     one, three = verify(path, jobs=1), verify(path, jobs=3)
     assert one.problems == three.problems
     assert [p.index for p in one.problems] == [1, 8, 10]
 
 
-def test_verify_a_file_that_will_not_open(tmp_path, records, main):
-    path = write_lmdb(tmp_path / "short.lmdb", records)
+def test_verify_a_file_that_will_not_open(tmp_path, records, kind, main):
+    path = WRITERS[kind](tmp_path / f"short.{kind}", records)
     os.truncate(path, os.path.getsize(path) // 2)
     result = verify(path, jobs=1)
     assert not result.ok and result.kind == "unknown"
@@ -251,7 +251,7 @@ def test_verify_a_file_that_will_not_open(tmp_path, records, main):
     assert "truncated" in result.problems[0].problem
     code, out, _ = main("verify", path)
     assert code == 1
-    assert "short.lmdb" in out and "truncated" in out
+    assert f"short.{kind}" in out and "truncated" in out
 
 
 def test_verify_missing_path_and_bad_arguments_exit_2(tmp_path, main):

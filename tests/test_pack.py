@@ -107,10 +107,12 @@ def test_lmdb_is_one_file_without_a_lock_file(photos, tmp_path):
     assert os.listdir(tmp_path) == ["x.lmdb"]
 
 
-def test_thread_count_does_not_change_the_output(mixed, tmp_path):
-    pack(mixed[0], str(tmp_path / "one.lmdb"), jobs=1)
-    pack(mixed[0], str(tmp_path / "two.lmdb"), jobs=2)
-    assert records(str(tmp_path / "one.lmdb")) == records(str(tmp_path / "two.lmdb"))
+@pytest.mark.parametrize("ext", ["lmdb", "h5"])
+def test_thread_count_does_not_change_the_output(mixed, tmp_path, ext):
+    pack(mixed[0], str(tmp_path / f"one.{ext}"), jobs=1)
+    pack(mixed[0], str(tmp_path / f"two.{ext}"), jobs=2)
+    one = records(str(tmp_path / f"one.{ext}"))
+    assert len(one) > 0 and one == records(str(tmp_path / f"two.{ext}"))
 
 
 def test_lmdb_map_grows_as_needed(photos, tmp_path, monkeypatch):
@@ -221,8 +223,9 @@ def test_file_name_that_is_not_utf8_is_skipped(tmp_path):
 
 # --- OUT handling -----------------------------------------------------------
 
-def test_existing_out_is_refused_then_overwritten(photos, tmp_path):
-    out = tmp_path / "o.lmdb"
+@pytest.mark.parametrize("ext", ["lmdb", "h5"])
+def test_existing_out_is_refused_then_overwritten(photos, tmp_path, ext):
+    out = tmp_path / f"o.{ext}"
     out.write_bytes(b"precious")
     with pytest.raises(PackError, match="--overwrite"):
         pack(photos, str(out))
@@ -240,11 +243,12 @@ def test_existing_out_untouched_when_the_pack_fails(mixed, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["o.h5"]
 
 
-def test_stale_error_report_is_removed(photos, tmp_path):
-    out = tmp_path / "o.lmdb"
-    (tmp_path / "o.lmdb.errors.csv").write_text("path,reason,detail\nx,corrupt,old\n")
+@pytest.mark.parametrize("ext", ["lmdb", "h5"])
+def test_stale_error_report_is_removed(photos, tmp_path, ext):
+    out = tmp_path / f"o.{ext}"
+    (tmp_path / f"o.{ext}.errors.csv").write_text("path,reason,detail\nx,corrupt,old\n")
     report = pack(photos, str(out))
-    assert report.error_report is None and os.listdir(tmp_path) == ["o.lmdb"]
+    assert report.error_report is None and os.listdir(tmp_path) == [f"o.{ext}"]
 
 
 @pytest.mark.parametrize("name, fmt, kind", [
@@ -271,12 +275,13 @@ def test_options_are_validated_when_built(kw, match):
 
 # --- labels -------------------------------------------------------------------
 
-def test_folder_without_subfolders_is_one_class(tmp_path):
+@pytest.mark.parametrize("ext", ["lmdb", "h5"])
+def test_folder_without_subfolders_is_one_class(tmp_path, ext):
     src = tmp_path / "flowers"
     for name in ("b.jpg", "a.png", ".hidden.jpg"):
         (imgs.baseline_jpeg if name.endswith("jpg") else imgs.png_rgb)(str(src / name))
-    pack(str(src), str(tmp_path / "o.lmdb"))
-    with feedline.open_dataset(str(tmp_path / "o.lmdb")) as ds:
+    pack(str(src), str(tmp_path / f"o.{ext}"))
+    with feedline.open_dataset(str(tmp_path / f"o.{ext}")) as ds:
         assert ds.classes == ["flowers"]
         assert [ds.path(i) for i in range(len(ds))] == ["a.png", "b.jpg"]
         assert list(ds.labels) == [0, 0]
