@@ -17,7 +17,7 @@ from PIL import Image
 
 from feedline import decoders
 from feedline.decoders import available_decoders, get_decoder, missing_library_reason, resolve_decoder
-from feedline.decoders.base import Box, choose_scale, crop_scaled, is_jpeg, resize_into
+from feedline.decoders.base import Box, choose_scale, crop_scaled, is_jpeg, resize_into, resize_scaled_into
 from feedline.errors import BackendUnavailable, DecodeError
 from feedline.sample import make_image, make_photo_folder, photo_paths
 
@@ -199,7 +199,7 @@ def test_turbojpeg_takes_the_dct_scaling_path(jpegs):
 
     quarter = turbojpeg.TurboJPEG().decode(data, turbojpeg.TJPF_RGB, (1, 4))
     expected = np.zeros_like(out)
-    resize_into(crop_scaled(quarter, box, (1, 4)), expected, True)
+    resize_scaled_into(quarter, box, (1, 4), expected, True)
     assert np.array_equal(out, expected)
     full_scale = np.zeros_like(out)
     resize_into(crop_scaled(dec.decode(data), box, (1, 1)), full_scale, True)

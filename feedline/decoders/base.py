@@ -57,12 +57,48 @@ def resize_into(crop: np.ndarray, out: np.ndarray, flip: bool) -> None:
                         f"{type(out).__name__} {getattr(out, 'dtype', '')} {getattr(out, 'shape', '')}")
     h, w = out.shape[:2]
     far = crop.shape[0] >= 2 * h or crop.shape[1] >= 2 * w
+    if far and (crop.shape[0] < h or crop.shape[1] < w):
+        # Shrinking one way and enlarging the other (a thin strip): OpenCV's area filter
+        # works only when both shrink, so shrink the long way first, then enlarge.
+        crop = cv2.resize(crop, (min(w, crop.shape[1]), min(h, crop.shape[0])), interpolation=cv2.INTER_AREA)
+        far = False
     interpolation = cv2.INTER_AREA if far else cv2.INTER_LINEAR
     result = cv2.resize(crop, (w, h), dst=out, interpolation=interpolation)
     if result is not out:  # OpenCV could not write into this view: it returned a new array
         np.copyto(out, result)
     if flip:
         cv2.flip(out, 1, dst=out)  # in place: OpenCV's horizontal flip swaps pairs
+
+
+def resize_scaled_into(image: np.ndarray, box: Box, scale: tuple[int, int], out: np.ndarray, flip: bool) -> None:
+    """``resize_into`` for ``box`` (source pixels) of ``image``, the source decoded at ``scale``.
+
+    At a reduced scale the box's edges fall between scaled pixels; rounding them would
+    move the crop by up to half a scaled pixel, which on a photo shows as much as a
+    one-pixel shift. So when the output is at most 2x smaller than the scaled crop (the
+    usual case after a DCT-domain reduction), bilinear sampling follows the box exactly,
+    by an affine warp; for stronger reductions the area filter on the rounded crop is used."""
+    crop = crop_scaled(image, box, scale)   # also checks that the box is inside the image
+    h, w = out.shape[:2]
+    if scale == (1, 1) or crop.shape[0] >= 2 * h or crop.shape[1] >= 2 * w:
+        resize_into(crop, out, flip)
+        return
+    import cv2
+    if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim != 3 or out.shape[2] != 3:
+        resize_into(crop, out, flip)   # raises the TypeError
+    num, denom = scale
+    sx, sy = box.width * num / denom / w, box.height * num / denom / h
+    x0, y0 = box.left * num / denom, box.top * num / denom
+    # Output pixel (x, y) samples the image at (x0 + (x + 1/2) sx - 1/2, y0 + (y + 1/2) sy - 1/2);
+    # mirrored, column x samples where column w - 1 - x would.
+    if flip:
+        matrix = np.array([[-sx, 0, x0 + (w - 0.5) * sx - 0.5], [0, sy, y0 + 0.5 * sy - 0.5]])
+    else:
+        matrix = np.array([[sx, 0, x0 + 0.5 * sx - 0.5], [0, sy, y0 + 0.5 * sy - 0.5]])
+    result = cv2.warpAffine(image, matrix, (w, h), dst=out, flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                            borderMode=cv2.BORDER_REPLICATE)
+    if result is not out:
+        np.copyto(out, result)
 
 
 def is_jpeg(data) -> bool:

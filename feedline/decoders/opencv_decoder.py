@@ -6,7 +6,7 @@ import cv2
 import numpy as np
 
 from ..errors import DecodeError
-from .base import JPEG_SCALES, Box, Decoder, choose_scale, crop_scaled, is_jpeg, resize_into
+from .base import JPEG_SCALES, Box, Decoder, choose_scale, is_jpeg, resize_scaled_into
 
 # EXIF orientation is ignored, as libjpeg-turbo and PIL's plain decode do, so every
 # backend agrees with the sizes column (read from the image header).
@@ -34,7 +34,7 @@ class OpencvDecoder(Decoder):
             image = self.decode(data)
         else:
             image = _to_rgb(_imdecode(data, _REDUCED[scale[1]] | _IGNORE_ORIENTATION))
-        resize_into(crop_scaled(image, box, scale), out, flip)
+        resize_scaled_into(image, box, scale, out, flip)
 
 
 def _imdecode(data, flags: int) -> np.ndarray:

@@ -7,7 +7,7 @@ import numpy as np
 from PIL import Image
 
 from ..errors import DecodeError
-from .base import JPEG_SCALES, Box, Decoder, choose_scale, crop_scaled, resize_into
+from .base import JPEG_SCALES, Box, Decoder, choose_scale, resize_scaled_into
 
 # What PIL raises for data it cannot read: UnidentifiedImageError and truncation
 # are OSError; some plugins raise ValueError or SyntaxError on malformed headers.
@@ -35,7 +35,7 @@ class PilDecoder(Decoder):
                 if scale != (1, 1):
                     scale = _draft(im, scale[1])
             image = np.asarray(_rgb(im))
-        resize_into(crop_scaled(image, box, scale), out, flip)
+        resize_scaled_into(image, box, scale, out, flip)
 
 
 def _open(data) -> Image.Image:

@@ -10,7 +10,7 @@ import numpy as np
 import simplejpeg
 
 from ..errors import DecodeError
-from .base import Box, Decoder, choose_scale, crop_scaled, is_jpeg, resize_into
+from .base import Box, Decoder, choose_scale, is_jpeg, resize_scaled_into
 
 INSTALL = "pip install simplejpeg"
 _NOT_RGB = ("CMYK", "YCCK")   # libjpeg-turbo does not convert these to RGB: OpenCV does
@@ -48,7 +48,7 @@ class SimplejpegDecoder(Decoder):
         image = self._decode(data, header, scale)
         if image.shape[:2] != _scaled(header, scale):  # a tiny image, where 1/8 is as big as 1/4
             image, scale = self._decode(data, header, (1, 1)), (1, 1)
-        resize_into(crop_scaled(image, box, scale), out, flip)
+        resize_scaled_into(image, box, scale, out, flip)
 
     def _decode(self, data, header: tuple[int, int], scale: tuple[int, int]) -> np.ndarray:
         # simplejpeg picks the smallest libjpeg-turbo scale whose output is at least

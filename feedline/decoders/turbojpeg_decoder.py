@@ -11,7 +11,7 @@ import numpy as np
 import turbojpeg
 
 from ..errors import BackendUnavailable, DecodeError
-from .base import JPEG_SCALES, Box, Decoder, choose_scale, crop_scaled, is_jpeg, resize_into
+from .base import JPEG_SCALES, Box, Decoder, choose_scale, is_jpeg, resize_scaled_into
 
 PIP_INSTALL = "pip install '.[turbojpeg]' from a clone of feedline, or pip install 'PyTurboJPEG<2'"
 LIB_INSTALL = "brew install jpeg-turbo" if platform.system() == "Darwin" else "sudo apt-get install libturbojpeg0"
@@ -63,7 +63,7 @@ class TurbojpegDecoder(Decoder):
             scale = choose_scale(box, out.shape[:2], self.scales)
             image = self._decode_jpeg(data, scale)
             if image is not None:
-                resize_into(crop_scaled(image, box, scale), out, flip)
+                resize_scaled_into(image, box, scale, out, flip)
                 return
         self._fallback.decode_into(data, box, flip, out)
 
