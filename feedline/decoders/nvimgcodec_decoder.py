@@ -79,14 +79,14 @@ class NvimgcodecDecoder(Decoder):
     def _decode(self, data, box: Box | None) -> np.ndarray | None:
         """The region ``box`` (or the whole image) of a JPEG; None for a JPEG that only
         OpenCV reads (12-bit or lossless)."""
-        try:
+        try:  # the header is parsed when first asked for
             stream = _nv.CodeStream(data)
+            precision, h, w, channels = stream.precision, stream.height, stream.width, stream.num_channels
         except RuntimeError:  # nvImageCodec: "Failed to get image info"
             raise DecodeError("nvImageCodec cannot read its JPEG header (corrupt or cut short)") from None
-        if stream.precision != 8:
+        if precision != 8:
             return None if box is not None else self._fallback.decode(data)
         if box is not None:
-            h, w = stream.height, stream.width
             if box.height <= 0 or box.width <= 0 or box.top < 0 or box.left < 0 or \
                     box.top + box.height > h or box.left + box.width > w:
                 raise DecodeError(f"crop {tuple(box)} (top, left, height, width) is not inside the "
@@ -95,7 +95,7 @@ class NvimgcodecDecoder(Decoder):
                 start=(box.top, box.left), end=(box.top + box.height, box.left + box.width)))
         image = self._decoders.get().decode(stream, params=self._params)
         if image is None:
-            if stream.num_channels not in (1, 3, 4):
+            if channels not in (1, 3, 4):
                 return None if box is not None else self._fallback.decode(data)
             raise DecodeError("nvImageCodec cannot decode it: the JPEG data is cut short or corrupt")
         if self.strict and not _ends_with_eoi(data):

@@ -46,7 +46,8 @@ class SimplejpegDecoder(Decoder):
             return
         scale = choose_scale(box, out.shape[:2])
         image = self._decode(data, header, scale)
-        if image.shape[:2] != _scaled(header, scale):  # a tiny image, where 1/8 is as big as 1/4
+        if image.shape[:2] != _scaled(header, scale):  # a tiny image, where 1/8 is as big as 1/4;
+            # or OpenCV's full-size decode of a JPEG libjpeg-turbo has no code for
             image, scale = self._decode(data, header, (1, 1)), (1, 1)
         resize_scaled_into(image, box, scale, out, flip)
 
@@ -58,6 +59,8 @@ class SimplejpegDecoder(Decoder):
             return simplejpeg.decode_jpeg(data, "rgb", fastdct=self.fast_dct, fastupsample=self.fast_upsample,
                                           min_height=min_h, min_width=min_w, strict=self.strict)
         except ValueError as exc:
+            if "precision" in str(exc):   # "Unsupported JPEG data precision 12": OpenCV's to try
+                return self._fallback.decode(data)
             how = "cleanly (strict)" if self.strict else ""
             raise DecodeError(f"libjpeg-turbo (simplejpeg) cannot decode it {how}: {exc}".replace("  ", " ")) \
                 from None
