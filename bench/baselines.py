@@ -2,45 +2,23 @@
 random-resized crop to 224 (scale 0.08-1, ratio 3/4-4/3), horizontal flip with
 probability 1/2, float32 normalized with the ImageNet mean and std, N x 3 x H x W.
 
-Each ``*_stream`` function returns a `LoaderStream`: an endless iterator of
-(images, labels) over epochs, its ``close`` function, and (for FeedLoader) its stats.
+Each ``*_stream`` function returns a `bench.streams.LoaderStream`; FeedLoader's also
+reports its own per-stage counters.
 torchvision is not used: its RandomResizedCrop, RandomHorizontalFlip, ToTensor and
 Normalize are written out with PIL, numpy and torch, as torchvision does them for PIL
 images.
 """
 from __future__ import annotations
 
-import gc
 import math
-from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import numpy as np
 import torch
 
-Batches = Iterator[tuple[torch.Tensor, torch.Tensor]]
+from bench.streams import LoaderStream, closer, forever, plain_stream
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
 # torchvision's ImageNet normalization, as a user's training script writes it
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-@dataclass
-class LoaderStream:
-    batches: Batches
-    close: Callable[[], None]
-    stats: Callable[[], dict | None] = lambda: None   # the loader's own counters, if it keeps any
-
-
-def forever(make_epoch: Callable[[], object]) -> Batches:
-    """Batches from epoch after epoch of ``make_epoch()`` (an iterable of batches)."""
-    while True:
-        empty = True
-        for batch in make_epoch():
-            empty = False
-            yield batch
-        if empty:
-            raise RuntimeError("an epoch yielded no batch: the data set is smaller than one batch "
-                               "(drop_last); use a smaller --batch-size or more images")
 
 
 # -- torch DataLoader + PIL ------------------------------------------------------------
@@ -103,8 +81,7 @@ def dataloader_stream(folder: str, batch_size: int, workers: int, device: str,
         PilFolderDataset(folder, size), batch_size=batch_size, shuffle=True, num_workers=workers,
         pin_memory=cuda, drop_last=True, persistent_workers=workers > 0,
         generator=torch.Generator().manual_seed(0))
-    stream = _to_device(forever(lambda: loader), device)
-    return LoaderStream(stream, _closer(stream))
+    return plain_stream(forever(lambda: loader), device)
 
 
 # -- DALI on the CPU ------------------------------------------------------------------
@@ -137,8 +114,7 @@ def dali_cpu_stream(folder: str, batch_size: int, threads: int, device: str,
     def epoch():
         for out in iterator:
             yield out[0]["images"], out[0]["labels"].view(-1).long()
-    stream = _to_device(forever(epoch), device)
-    return LoaderStream(stream, _closer(stream))
+    return plain_stream(forever(epoch), device)
 
 
 # -- FeedLoader -----------------------------------------------------------------------
@@ -149,7 +125,7 @@ def feedloader_stream(packed: str, batch_size: int, threads: int, device: str, d
     loader = FeedLoader(packed, batch_size=batch_size, shuffle=True, train=True, size=size,
                         decoder=decoder, num_threads=threads, device=device, drop_last=True)
     stream = forever(lambda: loader)
-    close_stream = _closer(stream)
+    close_stream = closer(stream)
 
     def close():
         close_stream()
@@ -170,19 +146,3 @@ def feedloader_stream(packed: str, batch_size: int, threads: int, device: str, d
                 out[f"{key[:-2]}_ms_per_image"] = 1e3 * value / n
         return out
     return LoaderStream(stream, close, stats)
-
-
-def _to_device(stream: Batches, device: str) -> Batches:
-    """The CPU batches of a baseline moved to the GPU, as a training step would need them."""
-    if not device.startswith("cuda"):
-        yield from stream
-        return
-    for images, labels in stream:
-        yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-
-
-def _closer(stream) -> Callable[[], None]:
-    def close():
-        stream.close()   # GeneratorExit reaches the loader's own iterator, which stops its workers
-        gc.collect()
-    return close

@@ -55,11 +55,11 @@ def prepare_data(data: str | os.PathLike | None = None, n: int = 2000, *,
     if data.is_dir():
         with open_dataset(data) as store:
             count = len(store)
-        out = packed_file(data, cache / "packed" / f"{_key(data)}.lmdb") if packed else None
+        out = packed_file(data, cache / "packed" / f"{cache_key(data)}.lmdb") if packed else None
         return BenchData(data, out, count, f"folder {data}")
     with open_dataset(data) as store:
         count = len(store)
-        unpacked = unpacked_folder(store, cache / "unpacked" / _key(data)) if folder else None
+        unpacked = unpacked_folder(store, cache / "unpacked" / cache_key(data)) if folder else None
     return BenchData(unpacked, data, count, f"packed file {data}")
 
 
@@ -116,7 +116,7 @@ def read_encoded(data: BenchData, n: int | None = None) -> list[bytes]:
         return [bytes(memoryview(store.read(i))) for i in indices]
 
 
-def _key(path: Path) -> str:
+def cache_key(path: Path) -> str:
     """A cache key for a user's file or folder: its path, size and modification time."""
     st = path.stat()
     text = f"{path}|{st.st_size}|{st.st_mtime_ns}"

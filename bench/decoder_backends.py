@@ -21,7 +21,7 @@ class Unavailable(Exception):
 
 
 NO_CUDA = "no CUDA device (torch.cuda.is_available() is False)"
-DALI_INSTALL = "pip install nvidia-dali-cuda120"
+DALI_INSTALL = "pip install nvidia-dali-cuda130 (or pip install '.[dali]' from a clone of feedline)"
 
 
 @dataclass
@@ -117,14 +117,14 @@ def feedline_plan(images: Sequence[bytes], size: int = 224):
     return plan(AugmentSpec(size=size), 0, 0, np.arange(len(images)), sizes[:, 0], sizes[:, 1])
 
 
-def _feedline_open(name: str, size: int = 224) -> Callable[[int], Runner]:
+def _feedline_open(name: str, size: int = 224, **options) -> Callable[[int], Runner]:
     """feedline's own decoder: ``decode_into`` a random-resized crop of ``size`` (the
     loader's per-sample work)."""
     def open_(threads: int) -> Runner:
         from feedline.decoders import Box, get_decoder
         from feedline.errors import BackendUnavailable
         try:
-            decoder = get_decoder(name)
+            decoder = get_decoder(name, **options)
         except BackendUnavailable as exc:
             raise Unavailable(str(exc)) from None
         plans: dict = {}   # per image list: its boxes and flips, drawn outside the timing
@@ -154,6 +154,83 @@ def image_size(data: bytes) -> tuple[int, int]:
     from PIL import Image
     with Image.open(io.BytesIO(data)) as im:
         return im.height, im.width
+
+
+def _nvimgcodec(region: bool, size: int = 224) -> Callable[[int], Runner]:
+    """nvImageCodec's CPU decode (one decoder per thread): the whole image, or only the
+    region of the random-resized-crop box the loader would draw (not resized)."""
+    def open_(threads: int) -> Runner:
+        try:
+            from feedline.decoders.nvimgcodec_library import ThreadDecoders, load_nvimgcodec
+            nv = load_nvimgcodec()
+        except ImportError as exc:
+            raise Unavailable(f"nvImageCodec does not import ({exc}): pip install nvidia-nvimgcodec-cu13") from None
+        decoders = ThreadDecoders()
+        params = nv.DecodeParams(apply_exif_orientation=False, color_spec=nv.SRGB)
+        boxes: dict = {}
+
+        def decode(item):
+            data, box = item
+            stream = nv.CodeStream(data)
+            if box is not None:
+                top, left, h, w = (int(v) for v in box)
+                stream = stream.get_sub_code_stream(region=nv.Region(start=(top, left), end=(top + h, left + w)))
+            return np.asarray(decoders.get().decode(stream, params=params))
+        mapped = per_image(decode)(threads)
+
+        def run(images, keep=True):
+            key = (id(images), len(images))
+            if key not in boxes:
+                boxes[key] = feedline_plan(images, size)[0] if region else [None] * len(images)
+            return mapped.run(list(zip(images, boxes[key])), keep)
+        return Runner(run, mapped.close)
+    return open_
+
+
+def _simplejpeg(scale: tuple[int, int]) -> Callable[[int], Runner]:
+    def open_(threads: int) -> Runner:
+        try:
+            import simplejpeg
+        except ImportError as exc:
+            raise Unavailable(f"simplejpeg does not import ({exc}): pip install simplejpeg") from None
+        num, denom = scale
+
+        def decode(data):
+            if denom == 1:
+                return simplejpeg.decode_jpeg(data, "rgb")
+            h, w = simplejpeg.decode_jpeg_header(data)[:2]
+            return simplejpeg.decode_jpeg(data, "rgb", min_height=-(-h * num // denom), min_width=-(-w * num // denom))
+        return per_image(decode)(threads)
+    return open_
+
+
+def region_decode_floor(images: Sequence[bytes], threads: int, size: int = 224) -> tuple[float, str]:
+    """The decode floor: the best single-thread images/s of feedline's region decodes
+    (``decode_into`` of the loader's random-resized crops, nvimgcodec strict and not),
+    times ``threads``. One warm-up pass, then the best of three interleaved passes."""
+    import time
+    candidates = {"nvimgcodec (strict)": _feedline_open("nvimgcodec", size),
+                  "nvimgcodec (strict=False, region)": _feedline_open("nvimgcodec", size, strict=False)}
+    runners = {}
+    for label, open_ in candidates.items():
+        try:
+            runners[label] = open_(1)
+        except Unavailable:
+            continue
+    if not runners:
+        raise Unavailable("no feedline region decoder is available")
+    best: dict[str, float] = {}
+    for label, runner in runners.items():
+        runner.run(images[:8], False)
+    for _ in range(3):
+        for label, runner in runners.items():
+            start = time.perf_counter()
+            runner.run(images, False)
+            best[label] = max(best.get(label, 0.0), len(images) / (time.perf_counter() - start))
+    label = max(best, key=best.get)
+    for runner in runners.values():
+        runner.close()
+    return best[label] * threads, f"{label}: {best[label]:.0f} images/s on one thread x {threads} threads"
 
 
 # -- batches: DALI and the GPU --------------------------------------------------------
@@ -254,6 +331,11 @@ def backends(batch: int = 64, feedline: bool = True) -> list[Backend]:
                 scale=(1, 2)),
         Backend("turbojpeg-1/4", "PyTurboJPEG", "DCT-domain 1/4 scaling", _turbojpeg((1, 4), False),
                 scale=(1, 4)),
+        Backend("nvimgcodec", "nvImageCodec", "CPU libjpeg-turbo 3.1, full image", _nvimgcodec(False)),
+        Backend("nvimgcodec-region", "nvImageCodec", "CPU, only the random-resized-crop box (not resized)",
+                _nvimgcodec(True), crop_size=None),
+        Backend("simplejpeg", "simplejpeg", "libjpeg-turbo (pip wheel), full image", _simplejpeg((1, 1))),
+        Backend("simplejpeg-1/2", "simplejpeg", "DCT-domain 1/2 scaling", _simplejpeg((1, 2)), scale=(1, 2)),
         Backend("dali-cpu", "DALI", "fn.decoders.image, device cpu", _dali_open("cpu", batch), batched=True),
         Backend("dali-mixed", "DALI", "nvJPEG on CUDA cores (hw_decoder_load=0)",
                 _dali_open("mixed", batch, 0.0), batched=True),
@@ -263,9 +345,14 @@ def backends(batch: int = 64, feedline: bool = True) -> list[Backend]:
                 _torchvision_open(batch), batched=True, threaded=False),
     ]
     if feedline:
+        crop = "decode_into: random-resized crop 224 + flip"
+        rows.append(Backend("feedline:nvimgcodec", "feedline", crop + " (default: strict, libjpeg-turbo at DCT scale)",
+                            _feedline_open("nvimgcodec", 224), crop_size=224))
+        rows.append(Backend("feedline:nvimgcodec-region", "feedline", crop + " (strict=False: nvImageCodec region "
+                            "decode, DCT-scaled when the crop allows)", _feedline_open("nvimgcodec", 224, strict=False),
+                            crop_size=224, options={"strict": False}))
         for name in ("turbojpeg", "opencv", "pil"):
-            rows.append(Backend(f"feedline:{name}", "feedline", "decode_into: random-resized crop 224 + flip",
-                                _feedline_open(name, 224), crop_size=224))
+            rows.append(Backend(f"feedline:{name}", "feedline", crop, _feedline_open(name, 224), crop_size=224))
     return rows
 
 

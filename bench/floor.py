@@ -9,6 +9,9 @@ depends on neither feedline's augmentation nor its decoders.
 """
 from __future__ import annotations
 
+import dataclasses
+import statistics
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -86,3 +89,57 @@ def time_region_decode(name: str, decode: RegionDecode, images: Sequence[bytes],
     for data, box in zip(images, boxes):
         decode(data, box)
     return FloorMeasurement(name, len(images), time.perf_counter() - t0)
+
+
+class RegionDecodePool:
+    """The same region decode over a pool of threads, one decoder per thread: how far
+    the single-thread rate x threads is reachable on this machine."""
+
+    def __init__(self, name: str, threads: int):
+        from concurrent.futures import ThreadPoolExecutor
+        self.name, self.threads = name, threads
+        self.factory = REGION_DECODERS[name][1]
+        self.local = threading.local()
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="bench-floor")
+
+    def _decode(self, item: tuple[bytes, Box]):
+        decode = getattr(self.local, "decode", None)
+        if decode is None:
+            decode = self.local.decode = self.factory()
+        return decode(*item)
+
+    def time(self, images: Sequence[bytes], boxes: Sequence[Box]) -> FloorMeasurement:
+        items = list(zip(images, boxes))
+        list(self.pool.map(self._decode, items[:2 * self.threads]))   # warm-up: the threads make their decoders
+        t0 = time.perf_counter()
+        for _ in self.pool.map(self._decode, items, chunksize=max(1, len(items) // (8 * self.threads))):
+            pass
+        return FloorMeasurement(f"{self.name} x{self.threads} threads", len(items), time.perf_counter() - t0)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+def floor_row(name: str, passes: dict[str, list[FloorMeasurement]], reasons: dict[str, str], threads: int) -> dict:
+    """The table row of the floor: the best region decoder's median single-thread rate,
+    times ``threads`` (per pass: that pass's rate x threads)."""
+    single = {decoder: statistics.median(p.images_per_s for p in runs) for decoder, runs in passes.items() if runs}
+    row = {"name": name, "threads": threads, "device": "cpu", "available": bool(single),
+           "reason": None if single else "no region decoder: " + "; ".join(f"{k}: {v}" for k, v in reasons.items()),
+           "single_thread_images_per_s": single, "unavailable_decoders": reasons, "measurements": [],
+           "description": "best single-thread region decode x threads (none available)"}
+    if single:
+        best = max(single, key=single.get)
+        row.update(decoder=best, measurements=[dataclasses.asdict(p) for p in passes[best]],
+                   rates=[p.images_per_s * threads for p in passes[best]],
+                   description=f"{REGION_DECODERS[best][0]}, 1 thread {single[best]:.0f} img/s x {threads}")
+    return row
+
+
+def pool_row(name: str, decoder: str, passes: list[FloorMeasurement], threads: int) -> dict:
+    """The table row of the same region decode over a pool of ``threads`` threads."""
+    return {"name": name, "threads": threads, "device": "cpu", "available": True, "reason": None,
+            "decoder": decoder, "measurements": [dataclasses.asdict(p) for p in passes],
+            "rates": [p.images_per_s for p in passes],
+            "description": f"{REGION_DECODERS[decoder][0]} over a pool of {threads} threads, one decoder each "
+                           f"(for reference: how far 1 thread x {threads} scales here)"}

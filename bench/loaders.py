@@ -19,18 +19,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):  # `python bench/loaders.py`: the repository root, not bench/, on sys.path
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from bench import floor  # noqa: E402
+from bench import floor, streams  # noqa: E402
 from bench.args import names, run_main  # noqa: E402
 from bench.chart import save_bar_chart  # noqa: E402
 from bench.common import Spread, format_table, ratio, say, target, targets_table, write_results  # noqa: E402
-from bench.data import prepare_data, read_encoded  # noqa: E402
+from bench.data import cache_root, prepare_data, read_encoded  # noqa: E402
 from bench.machine import machine_info, machine_line  # noqa: E402
 from feedline.config import usable_cores  # noqa: E402
 
@@ -38,8 +37,11 @@ log = logging.getLogger(__name__)
 
 NAME = "loaders"
 FEEDLINE, DATALOADER, DALI_CPU, FLOOR = "feedline", "torch-dataloader-pil", "dali-cpu", "decode-floor"
+POOL = "decode-pool"   # the floor's region decode over a pool of all threads, for reference
 # (denominator row, ratio column, minimum of FeedLoader's default over it), set for 2 cores
 TARGETS = ((DATALOADER, "x_dataloader", 2.5), (DALI_CPU, "x_dali_cpu", 1.8), (FLOOR, "x_floor", 0.9))
+FFCV_SAME, FFCV_OWN = "ffcv-same-jpeg", "ffcv-reencoded"
+FFCV_TARGETS = ((FFCV_SAME, 1.8), (FFCV_OWN, 1.3))   # --ffcv: FeedLoader's default over FFCV 1.0.2
 RSS_GROWTH_LIMIT_PCT = 2.0
 WORK = "random-resized crop 224 (scale 0.08-1, ratio 3/4-4/3) + flip p=0.5 + normalize to float32, drop_last"
 
@@ -56,6 +58,7 @@ class LoaderBenchOptions:
     threads: int | None = None  # workers / threads of every loader; None: the usable cores
     device: str | None = None   # FeedLoader's device; None: cuda when available, else cpu
     decoders: tuple[str, ...] = ()   # more FeedLoader rows, one per decoder name
+    ffcv: bool = False          # also FFCV 1.0.2 (bench/ffcv_baseline.py), when installed
     epochs_rss: int = 5         # FeedLoader epochs for the memory check; 0 skips it
     floor_images: int = 200     # images of each decode-floor pass
     out: str | None = None
@@ -88,27 +91,32 @@ def run_loader_bench(options: LoaderBenchOptions) -> dict:
         f"{threads} threads/workers, device {device}")
     say(f"machine: {machine_line(machine)}")
 
-    streams, reasons, descriptions = _start_streams(options, data, threads, device)
+    running, reasons, descriptions = _start_streams(options, data, threads, device)
     floor_images = read_encoded(data, options.floor_images)
     boxes = floor.crop_boxes(floor_images)
     region_decoders, floor_reasons = floor.open_region_decoders()
-    measured: dict[str, list[dict]] = {name: [] for name in streams}
-    passes: dict[str, list[floor.FloorMeasurement]] = {name: [] for name in region_decoders}
+    pools = {f"{POOL}:{name}": floor.RegionDecodePool(name, threads) for name in region_decoders}
+    measured: dict[str, list[dict]] = {name: [] for name in running}
+    passes: dict[str, list[floor.FloorMeasurement]] = {name: [] for name in [*region_decoders, *pools]}
     for r in range(options.repeats):
-        order = [*streams, *region_decoders]
+        order = [*running, *region_decoders, *pools]
         for name in order[r % len(order):] + order[:r % len(order)]:
-            if name in streams:
-                measured[name].append(_measure(streams[name].batches, batches, drain, device))
+            if name in running:
+                measured[name].append(streams.measure(running[name].batches, batches, drain, device))
+            elif name in pools:
+                passes[name].append(pools[name].time(floor_images, boxes))
             else:
                 passes[name].append(floor.time_region_decode(name, region_decoders[name], floor_images, boxes))
         say(f"  round {r + 1}/{options.repeats} done")
-    stats = {name: stream.stats() for name, stream in streams.items()}
-    for stream in streams.values():
+    for pool in pools.values():
+        pool.close()
+    stats = {name: stream.stats() for name, stream in running.items()}
+    for stream in running.values():
         stream.close()
 
     rows = [_loader_row(name, descriptions[name], measured.get(name), reasons.get(name), threads, device,
                         options.batch_size, batches, stats.get(name)) for name in descriptions]
-    rows.append(_floor_row(passes, floor_reasons, threads))
+    rows += _floor_rows(passes, region_decoders, floor_reasons, threads)
     _add_ratios(rows)
     rss = _rss(options, data, threads, device)
     targets = _targets(rows, rss)
@@ -117,7 +125,7 @@ def run_loader_bench(options: LoaderBenchOptions) -> dict:
                             ("max", "images_per_s_max"), ("xDataLoader", "x_dataloader"),
                             ("xDALI-CPU", "x_dali_cpu"), ("xfloor", "x_floor"), ("note", "reason")]))
     say(f"img/s: median of {options.repeats} interleaved rounds; x columns: this row's img/s over that row's, "
-        f"as printed. Floor: {rows[-1]['description']}.")
+        f"as printed. Floor: {next(r for r in rows if r['name'] == FLOOR)['description']}.")
     say("")
     say(targets_table(targets))
     if threads != 2:
@@ -146,70 +154,43 @@ def _start_streams(options, data, threads: int, device: str):
     name -> description for all. The DataLoader goes first: its workers fork before any
     other loader starts threads."""
     from bench import baselines
+    batch = options.batch_size
     makers = {
         DATALOADER: (f"torch DataLoader, {threads} workers: PIL decode, RandomResizedCrop + flip + normalize "
-                     "written with PIL and torch", lambda: baselines.dataloader_stream(
-                         str(data.folder), options.batch_size, threads, device)),
+                     "written with PIL and torch",
+                     lambda: baselines.dataloader_stream(str(data.folder), batch, threads, device)),
         DALI_CPU: ("DALI CPU pipeline: readers.file -> decoders.image_random_crop -> resize -> "
-                   "crop_mirror_normalize", lambda: baselines.dali_cpu_stream(
-                       str(data.folder), options.batch_size, threads, device)),
+                   "crop_mirror_normalize", lambda: baselines.dali_cpu_stream(str(data.folder), batch, threads, device)),
         FEEDLINE: (f"FeedLoader(decoder='auto', device={device!r}), {threads} threads",
-                   lambda: baselines.feedloader_stream(str(data.packed), options.batch_size, threads, device)),
+                   lambda: baselines.feedloader_stream(str(data.packed), batch, threads, device)),
     }
     for decoder in options.decoders:
         makers[f"feedline-{decoder}"] = (
             f"FeedLoader(decoder={decoder!r}, device={device!r}), {threads} threads",
-            lambda decoder=decoder: baselines.feedloader_stream(str(data.packed), options.batch_size, threads,
-                                                                device, decoder))
-    streams, reasons, descriptions = {}, {}, {}
+            lambda decoder=decoder: baselines.feedloader_stream(str(data.packed), batch, threads, device, decoder))
+    if options.ffcv:
+        from bench.ffcv_baseline import VARIANTS
+        for name in (FFCV_SAME, FFCV_OWN):
+            variant = name.removeprefix("ffcv-")
+            makers[name] = (f"FFCV 1.0.2 Loader, {threads} workers, .beton of {VARIANTS[variant]}",
+                            lambda variant=variant: _ffcv(data, options, variant, threads, device))
+    running, reasons, descriptions = {}, {}, {}
     for name, (description, make) in makers.items():
         if options.only is not None and name not in options.only:
             continue
         descriptions[name] = description
-        stream = None
         try:
-            stream = make()
-            _check_first(name, stream.batches, options.batch_size)
-            for _ in range(max(options.warmup - 1, 0)):
-                next(stream.batches)
+            running[name] = streams.start(name, make, batch, options.warmup)
         except Exception as exc:  # not installed, BackendUnavailable and the like: reported, not fatal
             log.debug("loader %s failed to start", name, exc_info=True)
             reasons[name] = (f"not installed: {exc}" if isinstance(exc, ImportError)
                              else f"{type(exc).__name__}: {exc}")
-            if stream is not None:
-                stream.close()
-            continue
-        streams[name] = stream
-    return streams, reasons, descriptions
+    return running, reasons, descriptions
 
 
-def _check_first(name: str, stream, batch_size: int) -> None:
-    import torch
-    images, labels = next(stream)
-    if tuple(images.shape) != (batch_size, 3, 224, 224) or images.dtype != torch.float32 or len(labels) != batch_size:
-        raise RuntimeError(f"{name} gave {tuple(images.shape)} {images.dtype}, expected "
-                           f"({batch_size}, 3, 224, 224) float32: not the same work")
-
-
-def _measure(stream, batches: int, drain: int, device: str) -> dict:
-    """The images delivered in ``batches`` batches and the seconds they took, after
-    ``drain`` untimed batches."""
-    for _ in range(drain):
-        next(stream)
-    _sync(device)
-    images = 0
-    t0 = time.perf_counter()
-    for _ in range(batches):
-        batch, _labels = next(stream)
-        images += len(batch)
-    _sync(device)
-    return {"images": images, "seconds": time.perf_counter() - t0}
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
-        torch.cuda.synchronize()
+def _ffcv(data, options, variant: str, threads: int, device: str):
+    from bench.ffcv_baseline import ffcv_stream
+    return ffcv_stream(data.packed, cache_root(options.cache_dir), variant, options.batch_size, threads, device)
 
 
 def _rates(row: dict, rates: list[float]) -> None:
@@ -228,21 +209,17 @@ def _loader_row(name, description, measurements, reason, threads, device, batch_
     return row
 
 
-def _floor_row(passes: dict[str, list], reasons: dict[str, str], threads: int) -> dict:
-    """The best region decoder's median single-thread rate, times ``threads``."""
-    single = {name: Spread.of([p.images_per_s for p in runs]).median for name, runs in passes.items() if runs}
-    row = {"name": FLOOR, "threads": threads, "device": "cpu", "available": bool(single),
-           "reason": None if single else "no region decoder: " + "; ".join(f"{k}: {v}" for k, v in reasons.items()),
-           "images_per_s": None, "images_per_s_min": None, "images_per_s_max": None,
-           "single_thread_images_per_s": single, "unavailable_decoders": reasons, "measurements": []}
-    if not single:
-        row["description"] = "best single-thread region decode x threads (none available)"
-        return row
-    best = max(single, key=single.get)
-    row.update(decoder=best, measurements=[dataclasses.asdict(p) for p in passes[best]],
-               description=f"{floor.REGION_DECODERS[best][0]}, 1 thread {single[best]:.0f} img/s x {threads}")
-    _rates(row, [p.images_per_s * threads for p in passes[best]])
-    return row
+def _floor_rows(passes: dict, region_decoders: dict, reasons: dict, threads: int) -> list[dict]:
+    """The decode floor, and (for reference) its best region decoder over a thread pool."""
+    rows = [floor.floor_row(FLOOR, {n: passes[n] for n in region_decoders}, reasons, threads)]
+    if rows[0]["available"]:
+        best = rows[0]["decoder"]
+        rows.append(floor.pool_row(POOL, best, passes[f"{POOL}:{best}"], threads))
+    for row in rows:
+        row.update(images_per_s=None, images_per_s_min=None, images_per_s_max=None)
+        if row.get("rates"):
+            _rates(row, row.pop("rates"))
+    return rows
 
 
 def _add_ratios(rows: list[dict]) -> None:
@@ -270,6 +247,10 @@ def _targets(rows: list[dict], rss: dict) -> list[dict]:
     """FeedLoader's default against each target ratio, and the memory check."""
     row = next((r for r in rows if r["name"] == FEEDLINE), None)
     out = [target(f"{FEEDLINE} / {other}", row[column] if row else None, needed) for other, column, needed in TARGETS]
+    speed = {r["name"]: r["images_per_s"] for r in rows}
+    for other, needed in FFCV_TARGETS:
+        if other in speed:   # FeedLoader's printed img/s over FFCV's
+            out.append(target(f"{FEEDLINE} / {other}", ratio(row and row["images_per_s"], speed[other]), needed))
     if not rss.get("skipped"):
         out.append(target(f"{FEEDLINE} RSS growth over {rss.get('epochs', '?')} epochs", rss.get("growth_pct"),
                           RSS_GROWTH_LIMIT_PCT, at_least=False, unit="%"))
@@ -287,6 +268,8 @@ def add_arguments(p) -> None:
     p.add_argument("--device", help="FeedLoader's device (default: cuda when available, else cpu)")
     p.add_argument("--decoders", type=names, metavar="NAMES",
                    help="also FeedLoader with each of these decoders (comma-separated), one row each")
+    p.add_argument("--ffcv", action="store_true", default=None,
+                   help="also FFCV 1.0.2 on the same JPEG bytes and on its own re-encoded .beton (when installed)")
     p.add_argument("--epochs-rss", type=int, metavar="E", help="FeedLoader epochs of the memory check "
                                                                "(default 5; 0 skips it)")
     p.add_argument("--floor-images", type=int, metavar="N", help="images of each decode-floor pass (default 200)")

@@ -92,7 +92,7 @@ def test_loader_bench_quick(tiny_folder, tmp_path):
     asked = params["batches"] * params["batch_size"]
     assert params["images_per_measurement"] == asked == 2 * 4
     rows = {r["name"]: r for r in payload["results"]}
-    assert set(rows) == {"feedline", "torch-dataloader-pil", "dali-cpu", "decode-floor"}
+    assert set(rows) == {"feedline", "torch-dataloader-pil", "dali-cpu", "decode-floor", "decode-pool"}
     for name, row in rows.items():   # DALI is installed where the tests run: missing is a failure
         assert row["available"], f"{name}: {row['reason']}"
         assert positive_finite(row["images_per_s"]), name
@@ -106,7 +106,12 @@ def test_loader_bench_quick(tiny_folder, tmp_path):
     floor = rows["decode-floor"]
     single = floor["single_thread_images_per_s"][floor["decoder"]]
     assert floor["images_per_s"] == pytest.approx(single * params["threads"])
-    assert all(m["images"] == params["floor_images"] for m in floor["measurements"])
+    pool = rows["decode-pool"]
+    for row in (floor, pool):
+        assert len(row["measurements"]) == params["repeats"]
+        assert all(m["images"] == params["floor_images"] for m in row["measurements"])
+    assert pool["images_per_s"] == pytest.approx(statistics.median(m["images"] / m["seconds"]
+                                                                   for m in pool["measurements"]))
     rates = [r["images_per_s"] for r in rows.values()]
     assert len(set(rates)) == len(rates), "two loaders reported the same rate"
     for row in rows.values():
