@@ -143,7 +143,11 @@ def _correctness(chosen, runners, reasons, check: list[bytes]) -> dict[str, tupl
         except Exception as exc:
             reasons[backend.name] = f"failed: {type(exc).__name__}: {exc}"
             continue
-        if backend.crop_size:
+        if backend.region_of:
+            boxes = feedline_plan(check, backend.region_of)[0]
+            refs = [r[t:t + h, l:l + w] for r, (t, l, h, w) in zip(reference, boxes)]
+            note = "vs PIL decode, cropped to the box"
+        elif backend.crop_size:
             plan = plan or feedline_plan(check, backend.crop_size)
             refs = [_pil_crop(r, box, flip, backend.crop_size) for r, box, flip in zip(reference, *plan)]
             note = f"vs PIL crop + bilinear resize to {backend.crop_size}"
