@@ -1,0 +1,202 @@
+"""GpuDecodeBatches: nvImageCodec decodes each batch's crop regions on the GPU (nvJPEG's
+CUDA decoder, and the hardware JPEG decoder of A100/H100/H200 where present), then torch
+resizes, mirrors and normalizes them there. Same crops, flips, labels and bad-record
+rule as every source; only the decoding moves.
+
+Ordering (torchvision#9606, torchcodec#1634): on H100/H200 the hardware decoder writes
+its output without waiting for work already queued on the stream it is given, so memory
+that queued kernels still read could be overwritten. Here the decoder only ever writes
+into images nvImageCodec allocated for this call, and before each decode call the side
+stream is drained (a host barrier on feedline's own stream, never the training stream),
+and the previous batch's decoded images are released only after that: no queued kernel
+can read memory the decoder might be handed.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..choices import OnError
+from ..config import LoaderConfig
+from ..decoders.base import Box
+from ..plan import BatchPlan, EpochPlan
+from ..stats import LoaderStats
+from .prefetcher import _normalizer
+from .records import bad_record, read_record, record_error
+from .substitute import MAX_ATTEMPTS, substitute_sample
+
+_DONE = object()
+
+
+class GpuDecodeBatches:
+    """A BatchSource on nvImageCodec's GPU decoders.
+
+    Concurrency: one producer thread reads a batch's bytes (checksums checked), decodes its
+    regions on the GPU and finishes the batch on a side stream, ``prefetch`` batches ahead
+    of the consumer, into a bounded queue; the consumer's stream waits on each batch's
+    event. Records nvJPEG cannot decode (not JPEG, CMYK, 12-bit) are decoded on the CPU
+    by feedline's CPU decoder and uploaded; a record neither can decode is a bad record.
+    """
+
+    def __init__(self, store, config: LoaderConfig):
+        from ..decoders import get_decoder
+        from ..decoders.nvimgcodec_library import load_nvimgcodec
+        nv = load_nvimgcodec()
+        self.store, self.config = store, config
+        self.device = torch.device(config.output.device)
+        self._decoder = nv.Decoder(device_id=self.device.index or 0, max_num_cpu_threads=config.num_threads,
+                                   backends=[nv.Backend(nv.HW_GPU_ONLY), nv.Backend(nv.GPU_ONLY),
+                                             nv.Backend(nv.HYBRID_CPU_GPU)])
+        self._params = nv.DecodeParams(apply_exif_orientation=False, color_spec=nv.SRGB)
+        self._nv = nv
+        self._cpu = get_decoder("auto")
+        self._stream = torch.cuda.Stream(device=self.device)
+        self._norm = _normalizer(config.output, self.device)
+
+    # -- one batch, on the producer thread --------------------------------------------
+
+    def _read(self, plan: BatchPlan, epoch: EpochPlan, stats: LoaderStats):
+        """Per sample: (index, bytes, box, flip, label), substitutes in place of records whose
+        bytes cannot be read."""
+        samples = []
+        for k, index in enumerate(plan.indices.tolist()):
+            box, flip = Box(*plan.boxes[k]), bool(plan.flips[k])
+            try:
+                samples.append((index, read_record(self.store, index), box, flip, int(plan.labels[k])))
+            except Exception as exc:  # a read or checksum failure: a bad record, as in every source
+                samples.append(self._substitute(plan, k, exc, epoch, stats))
+        return samples
+
+    def _substitute(self, plan: BatchPlan, k: int, error: BaseException, epoch: EpochPlan,
+                    stats: LoaderStats):
+        index = int(plan.indices[k])
+        if self.config.on_error is OnError.SUBSTITUTE:
+            for attempt in range(MAX_ATTEMPTS):
+                sub, box, flip = substitute_sample(epoch.spec, epoch.seed, epoch.epoch, index, attempt,
+                                                   self.store.sizes)
+                try:
+                    data = read_record(self.store, sub)
+                    image = self._cpu_crop(data, Box(*box))  # proves the substitute decodes
+                except Exception:
+                    continue
+                stats.ledger.add(bad_record(self.store, plan, k, error, sub))
+                return sub, image, Box(0, 0, *image.shape[:2]), flip, self.store.label(sub)
+        stats.ledger.add(bad_record(self.store, plan, k, error, None))
+        raise record_error(self.store, index, error)
+
+    def _cpu_crop(self, data, box: Box) -> np.ndarray:
+        """The crop of a record decoded on the CPU, as H x W x 3 uint8 (already cropped)."""
+        return np.ascontiguousarray(self._cpu.decode(data)[box.top:box.top + box.height,
+                                                           box.left:box.left + box.width])
+
+    def _decode(self, samples) -> list:
+        """Each sample's crop as a CUDA or host image; None where the GPU could not decode."""
+        nv = self._nv
+        streams, where = [], []
+        for k, (_, data, box, _, _) in enumerate(samples):
+            if isinstance(data, np.ndarray):   # a substitute, already decoded on the CPU
+                continue
+            try:
+                stream = nv.CodeStream(data).get_sub_code_stream(region=nv.Region(
+                    start=(box.top, box.left), end=(box.top + box.height, box.left + box.width)))
+            except Exception:  # not a format nvImageCodec parses: the CPU decoder will say
+                continue
+            streams.append(stream)
+            where.append(k)
+        self._stream.synchronize()  # see the module docstring: nothing queued may read decoder memory
+        decoded = self._decoder.decode(streams, params=self._params, cuda_stream=self._stream.cuda_stream) \
+            if streams else []
+        images = [data if isinstance(data, np.ndarray) else None for _, data, _, _, _ in samples]
+        for k, image in zip(where, decoded):
+            images[k] = image
+        return images
+
+    def _finish(self, plan: BatchPlan, epoch: EpochPlan, stats: LoaderStats):
+        t0 = time.perf_counter()
+        samples = self._read(plan, epoch, stats)
+        t1 = time.perf_counter()
+        images = self._decode(samples)
+        stats.add(read_s=t1 - t0, decode_s=time.perf_counter() - t1)  # decode: enqueue and host-side time
+        c = self.config
+        h, w = c.augment.size
+        layout = torch.channels_last if c.output.channels_last else torch.contiguous_format
+        with torch.cuda.stream(self._stream):
+            batch = torch.empty((len(samples), 3, h, w), dtype=torch.float32, device=self.device,
+                                memory_format=layout)
+            labels = torch.empty(len(samples), dtype=torch.int64)
+            for k, (index, data, box, flip, label) in enumerate(samples):
+                image = images[k]
+                if image is None:  # nvJPEG could not: decode this record on the CPU
+                    try:
+                        image = self._cpu_crop(data, box)
+                    except Exception as exc:
+                        index, image, _, flip, label = self._substitute(plan, k, exc, epoch, stats)
+                crop = torch.as_tensor(image, device=self.device).permute(2, 0, 1).unsqueeze(0).float()
+                resized = F.interpolate(crop, size=(h, w), mode="bilinear", antialias=True, align_corners=False)
+                batch[k] = resized[0].flip(-1) if flip else resized[0]
+                labels[k] = label
+            batch = self._normalize(batch.clamp_(0, 255))
+            labels = labels.to(self.device, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record(self._stream)
+        return batch, labels, ready, images  # images: kept alive until the next decode call
+
+    def _normalize(self, batch: torch.Tensor) -> torch.Tensor:
+        out = self.config.output
+        if self._norm is None:
+            return batch.round_().to(torch.uint8)
+        scale, bias = self._norm
+        batch.mul_(scale).add_(bias)
+        return batch if out.dtype in (None, torch.float32) else batch.to(out.dtype)
+
+    # -- the protocol -------------------------------------------------------------------
+
+    def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        ready: queue.Queue = queue.Queue(maxsize=self.config.prefetch)
+        stop = threading.Event()
+
+        def produce():
+            try:
+                for plan in epoch.batches(self.store.labels, self.store.sizes, start):
+                    item = self._finish(plan, epoch, stats)
+                    while not stop.is_set():
+                        try:
+                            ready.put(item, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if stop.is_set():
+                        return
+                ready.put(_DONE)
+            except BaseException as exc:  # reaches the consumer, with the record's index and path
+                ready.put(exc)
+
+        thread = threading.Thread(target=produce, name="feedline-gpu-decode", daemon=True)
+        thread.start()
+        try:
+            while (item := ready.get()) is not _DONE:
+                if isinstance(item, BaseException):
+                    raise item
+                images, labels, event, _ = item
+                current = torch.cuda.current_stream(self.device)
+                current.wait_event(event)
+                images.record_stream(current)
+                labels.record_stream(current)
+                yield images, labels
+        finally:
+            stop.set()
+            while thread.is_alive():  # unblock a producer waiting on a full queue
+                try:
+                    ready.get_nowait()
+                except queue.Empty:
+                    thread.join(timeout=0.1)
+            thread.join()
+
+    def close(self) -> None:
+        """Nothing outlives a run: the decoder and the stream are freed with this object."""
