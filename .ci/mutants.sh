@@ -9,7 +9,8 @@
 # why each surviving mutant that no test can kill is equivalent.
 #
 # Environment: MUTANTS_DIR (scratch, default ${TMPDIR:-/tmp}/feedline-mutants),
-# MUTANTS_JOBS (parallel mutants, default 1: the machine is shared), PY (the venv's python).
+# MUTANTS_JOBS (parallel mutants, default 1: the machine is shared), MUTANTS_FROM (worktree,
+# the default, or HEAD: the last commit, unaffected by edits in progress), PY (the venv's python).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PY:-$ROOT/.venv/bin/python}
@@ -17,14 +18,19 @@ MUTMUT=$(dirname "$PY")/mutmut
 WORK=${MUTANTS_DIR:-${TMPDIR:-/tmp}/feedline-mutants}
 JOBS=${MUTANTS_JOBS:-1}
 
-# area -> "modules to mutate (globs) | tests to run"
+# area -> "modules to mutate (globs) | tests to run". The CUDA prefetcher and DALI's graph
+# are left out: on a machine without a GPU no test reaches them (make gpu-check covers them).
+LOADER_TESTS="tests/test_loader.py tests/test_loader_oracles.py tests/test_sources_ledger.py"
 declare -A AREAS=(
   [order]="feedline/order.py | tests/test_order.py tests/test_properties.py"
   [augment]="feedline/augment.py | tests/test_augment.py tests/test_properties.py"
   [substitute]="feedline/sources/substitute.py | tests/test_substitute.py tests/test_properties.py"
-  [plan]="feedline/plan.py | tests/test_properties.py tests/test_loader.py"
+  [plan]="feedline/plan.py | tests/test_properties.py $LOADER_TESTS"
+  [loader]="feedline/loader.py feedline/ledger.py | $LOADER_TESTS"
+  [sources]="feedline/sources/threads.py feedline/sources/decode_queue.py feedline/sources/host_finisher.py
+             feedline/sources/records.py feedline/sources/ring.py feedline/sources/dali.py | $LOADER_TESTS"
 )
-ORDER=(order augment substitute plan)
+ORDER=(order augment substitute plan loader sources)
 
 if [[ ! -x $MUTMUT ]]; then
   echo "mutants: $MUTMUT not found; install it: $PY -m pip install 'mutmut>=3.8,<4'" >&2
@@ -43,10 +49,13 @@ for area in "${areas[@]}"; do
   tests=${spec#*|}
   dir=$WORK/$area
   rm -rf "$dir" && mkdir -p "$dir"
-  # (files deleted in the working tree but still in the index are left out)
-  (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard \
-     | "$PY" -c 'import os, sys; sys.stdout.write("".join(p + "\0" for p in sys.stdin.read().split("\0") if p and os.path.lexists(p)))' \
-     | tar --null -T - -cf -) | tar -C "$dir" -xf -
+  if [[ ${MUTANTS_FROM:-worktree} == HEAD ]]; then
+    git -C "$ROOT" archive HEAD | tar -C "$dir" -xf -
+  else  # tracked and untracked files, less those deleted in the working tree
+    (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard \
+       | "$PY" -c 'import os, sys; sys.stdout.write("".join(p + "\0" for p in sys.stdin.read().split("\0") if p and os.path.lexists(p)))' \
+       | tar --null -T - -cf -) | tar -C "$dir" -xf -
+  fi
   # The area's modules and tests, added to the [mutmut] section of the copy's setup.cfg.
   "$PY" - "$dir/setup.cfg" "$modules" "$tests" <<'EOF'
 import configparser, sys
@@ -58,7 +67,7 @@ cfg["mutmut"]["pytest_add_cli_args_test_selection"] = "\n" + "\n".join(tests)
 with open(path, "w") as f:
     cfg.write(f)
 EOF
-  echo "== mutants: $area: mutating ${modules% } with${tests}"
+  echo "== mutants: $area: mutating" $modules "with" $tests
   (cd "$dir" && nice -n 10 "$MUTMUT" run --max-children "$JOBS" > run.log 2>&1) || {
     echo "mutants: mutmut failed for $area, see $dir/run.log" >&2; tail -20 "$dir/run.log" >&2; status=1; continue; }
   (cd "$dir" && "$MUTMUT" export-cicd-stats > /dev/null 2>&1 && "$MUTMUT" results > survivors.txt 2>&1) || true
