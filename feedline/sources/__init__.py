@@ -12,6 +12,7 @@ with the same substitute.
 """
 from __future__ import annotations
 
+import logging
 from typing import Iterator, Protocol
 
 import torch
@@ -21,6 +22,8 @@ from ..config import LoaderConfig
 from ..decoders.base import Decoder
 from ..plan import EpochPlan
 from ..stats import LoaderStats
+
+log = logging.getLogger(__name__)
 
 
 class BatchSource(Protocol):
@@ -44,9 +47,28 @@ def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> 
     if config.decoder is DecoderName.GPU:
         from .gpu_decode import GpuDecodeBatches
         return GpuDecodeBatches(store, config)
-    from ..decoders import get_decoder
     from .threads import ThreadBatches
-    return ThreadBatches(store, config, decoder or get_decoder(config.decoder.value))
+    return ThreadBatches(store, config, decoder or cpu_decoder(store, config.decoder))
+
+
+def decoded_at_pack(store) -> bool:
+    """Whether every record was decoded cleanly when packed (``pack --check decode``) and is
+    checked against its checksum on every read: its bytes are then known to decode."""
+    options = store.meta.get("pack_options") or {}
+    return getattr(store, "checksums", None) is not None and options.get("check") == "decode"
+
+
+def cpu_decoder(store, name: DecoderName) -> Decoder:
+    """The per-image decoder ``name`` for this store. Strict (libjpeg's warnings are errors,
+    so damaged data is a bad record) unless the store proves every record decodes, in which
+    case the faster lenient mode decodes only the crop's region. A pure function of the
+    store, so every run and every resume decodes the same way."""
+    from ..decoders import get_decoder
+    if decoded_at_pack(store) and name in (DecoderName.NVIMGCODEC, DecoderName.TURBOJPEG):
+        log.info("%s: decoded cleanly at pack time and checksummed: decoding with %s leniently "
+                 "(only the crop's region)", store.filename, name.value)
+        return get_decoder(name.value, strict=False)
+    return get_decoder(name.value)
 
 
 __all__ = ["BatchSource", "make_source"]
