@@ -7,10 +7,12 @@ Every record decodes to an 8-bit RGB or gray image with libjpeg-turbo, nvJPEG an
 DALI. JPEGs that already qualify (baseline or progressive, 8-bit, YCbCr or gray,
 no EXIF rotation) are stored byte for byte after a header check, without being
 decoded, so packing costs about what copying the files costs; damage inside their
-entropy-coded data is found by `feedline verify`, not here. Everything else (PNG,
-WebP, BMP, TIFF, GIF's first frame, CMYK/YCCK, 12-bit, lossless or arithmetic
-JPEG, 16-bit, palette, alpha composited on white, EXIF orientation applied) is
-converted once to a baseline JPEG.
+entropy-coded data is found by `feedline verify`, or here with ``check="decode"``.
+Everything else (PNG, WebP, BMP, TIFF, GIF's first frame, CMYK/YCCK, 12-bit,
+lossless or arithmetic JPEG, 16-bit, palette, alpha composited on white, EXIF
+orientation applied) is converted once to a baseline JPEG. Every record gets an
+xxh3_64 checksum of its bytes. ``shard_records``, ``shard_bytes`` or ``num_shards``
+write shards plus an index that names them (see `shards`).
 
 Bad files are skipped and listed in OUT.errors.csv (CSV: path, reason, detail), or
 stop the pack with ``on_error="fail"``. The output appears at OUT only when it is
@@ -38,9 +40,20 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions | 
         options = PackOptions(**kw)
     elif kw:
         options = dataclasses.replace(options, **kw)
+    if options.sharded:
+        from .shards import pack_sharded
+        return pack_sharded(src, out, options)
     from .packer import pack as _pack  # a module named "pack" would shadow this function
     return _pack(src, out, options)
 
 
-__all__ = ["pack", "PackOptions", "PackReport", "OutputFormat", "OnError", "Skip", "SkipReason",
+def join_shards(out: str | os.PathLike) -> str:
+    """Write OUT.shards.json for the complete shards OUT-NNNNN-of-NNNNN.EXT next to ``out``
+    (packed on one machine or on several, with --shard-index); returns its path.
+    PackError/StoreError when a shard is missing or repeated, or the shards disagree."""
+    from .shards import join
+    return join(out)
+
+
+__all__ = ["pack", "join_shards", "PackOptions", "PackReport", "OutputFormat", "OnError", "Skip", "SkipReason",
            "read_error_report"]

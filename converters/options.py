@@ -84,6 +84,11 @@ class PackOptions:
     progress: bool = True                   # a progress bar on stderr, when it is a terminal
     commit_every: int = 1000                # files per commit: the granularity of --resume
     commit_bytes: int = 16 << 20            # ... or this many image bytes, whichever comes first
+    # Sharded output (at most one of the three): OUT-00000-of-0000N.EXT plus OUT.shards.json.
+    shard_records: int | None = None        # files per shard
+    shard_bytes: int | None = None          # input bytes per shard (the shard's output is about as large)
+    num_shards: int | None = None           # this many shards of equal file counts
+    shard_index: int | None = None          # pack only this shard (splitting a pack across machines)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalize the fields once, here
@@ -101,6 +106,18 @@ class PackOptions:
         _int_or_none(self.jobs, "jobs", 1)
         _int_or_none(self.commit_every, "commit_every", 1)
         _int_or_none(self.commit_bytes, "commit_bytes", 1)
+        for name in ("shard_records", "shard_bytes", "num_shards"):
+            _int_or_none(getattr(self, name), name, 1)
+        _int_or_none(self.shard_index, "shard_index", 0)
+        given = [n for n in ("shard_records", "shard_bytes", "num_shards") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise PackError(f"give one of --shard-size and --num-shards, not both ({', '.join(given)})")
+        if self.shard_index is not None and not given:
+            raise PackError("--shard-index needs --num-shards N (or --shard-size): which split is it a part of?")
+
+    @property
+    def sharded(self) -> bool:
+        return any(v is not None for v in (self.shard_records, self.shard_bytes, self.num_shards))
 
     @property
     def threads(self) -> int:
@@ -117,3 +134,25 @@ class PackOptions:
                 "quality": self.quality, "max_pixels": self.max_pixels, "on_error": self.on_error.value,
                 "check": self.check.value,
                 "alpha": "composited on white", "exif_orientation": "applied"}
+
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_shard_size(text: str) -> dict:
+    """``--shard-size``: a record count ("100000") or a size ("10GB", "512MiB"), as the
+    PackOptions field it sets: {"shard_records": n} or {"shard_bytes": n}."""
+    raw = text.strip().upper().replace(" ", "").replace("_", "")
+    number = raw.rstrip("KMGTIB")
+    unit = raw[len(number):]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in _UNITS or value <= 0 or (not unit and not number.isdigit()):
+        raise PackError(f"--shard-size {text!r}: give a record count (e.g. 100000) or a size with a unit "
+                        "(e.g. 10GB, 512MiB)")
+    if not unit:
+        return {"shard_records": int(number)}
+    return {"shard_bytes": int(value * _UNITS[unit])}

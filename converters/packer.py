@@ -80,10 +80,20 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions) -
     """Pack the image folder ``src`` into ``out``; see `converters.pack` for the contract."""
     started = time.perf_counter()
     out = os.path.abspath(os.fspath(out))
-    fmt = format_for(out, options.format)
+    format_for(out, options.format)  # a bad extension fails before the scan
     _check_out(out, options)
     scan = scan_folder(os.fspath(src), options.labels_csv)
-    not_taken = [Skip.of(p) for p in scan.problems]  # links not followed, labels CSV mismatches
+    # Links not followed and labels CSV mismatches: listed with the skipped files.
+    return pack_scan(scan, out, options, not_taken=[Skip.of(p) for p in scan.problems], started=started)
+
+
+def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: list[Skip] | None = None,
+              shard: dict | None = None, started: float | None = None) -> PackReport:
+    """Pack the files of ``scan`` into ``out`` (absolute); ``shard`` goes into the metadata."""
+    started = time.perf_counter() if started is None else started
+    not_taken = not_taken or []
+    fmt = format_for(out, options.format)
+    _check_out(out, options)
     writer = make_writer(fmt, out)
     leftovers = writer.leftovers()
     if leftovers and not options.resume:
@@ -110,7 +120,7 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions) -
             raise PackError(_nothing_packed(scan, skipped))
         meta = make_meta(count=len(tally.labels), classes=scan.classes, pack_options=wanted,
                          source=scan.root, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                         feedline_version=__version__)
+                         feedline_version=__version__, shard=shard)
         columns = Columns.from_lists(tally.labels, tally.sizes, tally.paths, tally.checksums)
         writer.finish(columns, meta, tally.lengths)
         try:

@@ -59,6 +59,7 @@ class PackReport:
     seconds: float = 0.0           # wall time of this run
     resumed_from: int = 0          # files already consumed by an interrupted run
     error_report: str | None = None
+    shards: list["PackReport"] = field(default_factory=list)   # a sharded pack: one report per shard
 
     @property
     def skipped_by_reason(self) -> dict[str, int]:
@@ -66,6 +67,8 @@ class PackReport:
 
     def summary_lines(self) -> list[str]:
         """A few lines for people; the CLI prints them."""
+        if self.shards:
+            return self._sharded_summary()
         mib = self.bytes_out / 2**20
         rate = self.found - self.resumed_from
         speed = (f"{rate / self.seconds:.0f} files/s, {self.bytes_in / 2**20 / self.seconds:.1f} MiB/s"
@@ -81,6 +84,17 @@ class PackReport:
                          + (f"; listed in {self.error_report}" if self.error_report else ""))
         else:
             lines.append("  skipped: 0")
+        lines.append(f"  packed + skipped = found: {self.packed} + {len(self.skipped)} = {self.found}")
+        return lines
+
+
+    def _sharded_summary(self) -> list[str]:
+        lines = [f"packed {self.packed} of {self.found} files into {len(self.shards)} shard(s) "
+                 f"({self.format}, {self.bytes_out / 2**20:.1f} MiB) in {self.seconds:.2f} s; {self.out}"]
+        for shard in self.shards:
+            skipped = f", {len(shard.skipped)} skipped (listed in {shard.error_report})" if shard.skipped else ""
+            resumed = "" if not shard.resumed_from else f", resumed after {shard.resumed_from} files"
+            lines.append(f"  {os.path.basename(shard.out)}: {shard.packed} records{skipped}{resumed}")
         lines.append(f"  packed + skipped = found: {self.packed} + {len(self.skipped)} = {self.found}")
         return lines
 

@@ -42,6 +42,8 @@ class DatasetInfo:
     filename: str
     kind: str                        # "lmdb", "hdf5" or "folder"
     format_version: int | None       # None for a folder
+    checksums: bool                  # records carry checksums (format version 2 on)
+    shards: list[str]                # the shard files of a sharded data set; empty otherwise
     file_bytes: int                  # the file on disk; for a folder, its images together
     count: int
     classes: list[ClassCount]        # in label order
@@ -59,8 +61,8 @@ class DatasetInfo:
         return asdict(self)
 
 
-def describe(dataset: Store | str | os.PathLike) -> DatasetInfo:
-    """Describe a store, or the file or folder at a path (opened and closed here)."""
+def describe(dataset: Store | str | os.PathLike | list) -> DatasetInfo:
+    """Describe a store, or what `open_dataset` opens from ``dataset`` (opened and closed here)."""
     if isinstance(dataset, Store):
         return _describe(dataset)
     with open_dataset(dataset) as store:
@@ -79,11 +81,13 @@ def _describe(store: Store) -> DatasetInfo:
     if store.kind == "folder":
         file_bytes = image_bytes
     else:
-        file_bytes = os.path.getsize(store.filename)
+        file_bytes = sum(os.path.getsize(f) for f in store.files())
     return DatasetInfo(
         filename=os.path.abspath(store.filename),
         kind=store.kind,
         format_version=meta.get("format_version"),
+        checksums=store.checksums is not None,
+        shards=list(meta.get("shards") or []),
         file_bytes=file_bytes,
         count=len(store),
         classes=[ClassCount(label, str(name), int(n))
@@ -113,10 +117,20 @@ def human_bytes(n: float) -> str:
 def format_info(info: DatasetInfo, max_classes: int = 20) -> str:
     """A table for people: one fact per line, classes listed up to ``max_classes``."""
     fmt = info.kind if info.format_version is None else f"{info.kind} (format version {info.format_version})"
+    if info.shards:
+        fmt += f", {len(info.shards)} shards"
     rows = [
         ("file", info.filename),
         ("format", fmt),
         ("file size", f"{human_bytes(info.file_bytes)} ({info.file_bytes:,} bytes)"),
+    ]
+    if info.shards:
+        shown = info.shards[:3] + (["..."] if len(info.shards) > 3 else [])
+        rows.append(("shards", ", ".join(shown)))
+    if info.kind != "folder":
+        rows.append(("checksums", "xxh3_64 per record" if info.checksums else
+                     "none (packed before format version 2: pack again to add them)"))
+    rows += [
         ("records", f"{info.count:,}"),
         ("classes", f"{len(info.classes):,}"),
         ("image bytes", f"{human_bytes(info.image_bytes)} total, {human_bytes(info.mean_image_bytes)} mean"),

@@ -26,10 +26,23 @@ HDF5::
     images                      uint8[total], contiguous, uncompressed (memory-mappable)
     offsets                     int64[n + 1]  record i is images[offsets[i]:offsets[i+1]]
     labels, sizes, path_offsets, path_bytes, checksums   the columns as datasets
+
+Sharded data sets: OUT-00000-of-00004.lmdb ... (``shard_name``), each a complete store
+whose metadata adds ``"shard": {"index": k, "of": n, "pack_id": ...}`` (``pack_id`` is
+the same in every shard of one pack), plus one index, OUT.shards.json (``shard_index``)::
+
+    {"format": "feedline-shards", "version": 1, "format_version": 2, "kind": "lmdb",
+     "count": ..., "classes": [...], "checksums": true, "pack_id": "...",
+     "pack_options": {...}, "source": "...",
+     "shards": [{"file": "OUT-00000-of-00004.lmdb", "count": ...}, ...]}
+
+Shard files are named relative to the index's folder, so the set can be moved whole.
+The records of shard k follow those of shard k - 1: one global numbering.
 """
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,8 +141,9 @@ class Columns:
 
 
 def make_meta(*, count: int, classes: list[str], pack_options: dict, source: str,
-              created: str, feedline_version: str) -> dict:
-    return {
+              created: str, feedline_version: str, shard: dict | None = None) -> dict:
+    extra = {} if shard is None else {"shard": shard}
+    return extra | {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "checksum": CHECKSUM_NAME,
@@ -174,3 +188,43 @@ def parse_meta(raw: bytes | str, where: str) -> dict:
 def has_checksums(meta: dict) -> bool:
     """Whether a file with this (parsed) metadata stores a checksums column."""
     return meta.get("format_version", 1) >= 2
+
+
+# -- sharded data sets ------------------------------------------------------------------
+
+SHARD_INDEX_FORMAT = "feedline-shards"
+SHARD_INDEX_VERSION = 1
+SHARD_INDEX_SUFFIX = ".shards.json"
+
+
+def shard_name(out: str, index: int, count: int) -> str:
+    """OUT.lmdb -> OUT-00002-of-00004.lmdb."""
+    stem, ext = os.path.splitext(out)
+    return f"{stem}-{index:05d}-of-{count:05d}{ext}"
+
+
+def shard_index(out: str) -> str:
+    """OUT.lmdb -> OUT.shards.json: the index that names the shards."""
+    return os.path.splitext(out)[0] + SHARD_INDEX_SUFFIX
+
+
+def parse_shard_index(raw: bytes | str, where: str) -> dict:
+    """Parse and check a shard index; a clear StoreError for anything else."""
+    try:
+        index = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StoreError(f"{where}: not valid JSON ({exc}); not a feedline shard index") from None
+    if not isinstance(index, dict) or index.get("format") != SHARD_INDEX_FORMAT:
+        raise StoreError(f"{where}: not a feedline shard index (no \"format\": \"{SHARD_INDEX_FORMAT}\")")
+    version = index.get("version")
+    if version != SHARD_INDEX_VERSION:
+        raise StoreError(f"{where}: shard index version {version!r}, but this feedline reads version "
+                         f"{SHARD_INDEX_VERSION}; upgrade feedline, or write the index again with "
+                         "`feedline pack --join OUT`")
+    shards = index.get("shards")
+    if (not isinstance(shards, list) or not shards or not isinstance(index.get("classes"), list)
+            or not all(isinstance(s, dict) and isinstance(s.get("file"), str) and isinstance(s.get("count"), int)
+                       for s in shards)):
+        raise StoreError(f"{where}: the shard index lacks its shards or classes; it is damaged. "
+                         "Write it again with `feedline pack --join OUT`")
+    return index

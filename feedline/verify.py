@@ -10,6 +10,7 @@ raised, so one run lists every bad record with its index and source path.
 """
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import time
@@ -96,10 +97,11 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def verify(dataset: Store | str | os.PathLike, decoder: str | Decoder = "auto", jobs: int | None = None,
+def verify(dataset: Store | str | os.PathLike | list, decoder: str | Decoder = "auto", jobs: int | None = None,
            on_progress: Callable[[int, int], None] | None = None,
            mode: VerifyMode | str = VerifyMode.FULL) -> VerifyResult:
-    """Verify a store, or the file or folder at a path (opened and closed here).
+    """Verify a store, or what `open_dataset` opens from ``dataset`` (a file, a folder, a
+    shard index, a glob or a list of shards; opened and closed here).
 
     ``on_progress(done, total)`` is called from the calling thread as records finish.
     ``decoder`` is a registered backend's name (used in its strict mode, if it has one)
@@ -116,12 +118,15 @@ def verify(dataset: Store | str | os.PathLike, decoder: str | Decoder = "auto", 
         dec = strict_decoder(decoder) if isinstance(decoder, str) else decoder
     if isinstance(dataset, Store):
         return _verify(dataset, dec, jobs, on_progress, mode)
-    path = os.fspath(dataset)
-    if not os.path.exists(path):
-        raise StoreError(f"{path}: no such file or folder")
+    if isinstance(dataset, (str, os.PathLike)):
+        path = os.fspath(dataset)
+        if not os.path.exists(path) and not glob.glob(path):  # a glob matching shard files is fine
+            raise StoreError(f"{path}: no such file or folder")
+    else:
+        path = ", ".join(map(os.fspath, dataset))
     start = time.perf_counter()
     try:
-        store = open_dataset(path)
+        store = open_dataset(dataset)
     except StoreError as exc:
         return VerifyResult(filename=path, kind="unknown", count=0, decoded=0, checksummed=0, mode=mode.value,
                             decoder=dec.name if dec else "none", jobs=jobs, seconds=time.perf_counter() - start,

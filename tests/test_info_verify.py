@@ -291,10 +291,8 @@ def test_verify_folder(tmp_path, main):
 
 
 def test_info_and_verify_on_a_packed_folder(tmp_path, main):
-    """End to end with the real writer, once converters.pack exists."""
-    converters = pytest.importorskip("converters")
-    if not hasattr(converters, "pack"):
-        pytest.skip("converters.pack is not written yet")
+    """End to end with the real writer."""
+    import converters
     make_photo_folder(str(tmp_path / "photos"), n=5, classes=2, seed=7)
     for suffix in (".lmdb", ".h5"):
         out = tmp_path / f"packed{suffix}"

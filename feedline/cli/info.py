@@ -7,7 +7,8 @@ def register(subparsers) -> None:
                               description="Show the record count, classes, bytes, image sizes, format "
                                           "and pack options of a packed file or image folder. "
                                           "Reads the columns and metadata only; nothing is decoded.")
-    p.add_argument("dataset", metavar="OUT", help="packed .lmdb or .h5 file, or an image folder")
+    p.add_argument("dataset", metavar="OUT", help="packed .lmdb or .h5 file, shard index (OUT.shards.json), "
+                                                  "quoted glob of shards, or an image folder")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--max-classes", type=int, default=20, metavar="N",
                    help="classes listed in the table (default 20; --json lists all)")

@@ -38,16 +38,26 @@ same command with --resume.
 
 Disk space: before writing, pack estimates what it needs (the input's bytes plus the
 format's overhead) and refuses when the output's filesystem has less free. If the
-disk fills anyway, the partial output is kept: free space and rerun with --resume."""
+disk fills anyway, the partial output is kept: free space and rerun with --resume.
+
+Shards: --shard-size 10GB (input bytes per shard) or --shard-size 100000 (files per
+shard), or --num-shards N, writes OUT-00000-of-0000N.lmdb ... and OUT.shards.json,
+the index that names them. Open the index (or a glob, or a list of the shards) with
+open_dataset / FeedLoader / feedline info / feedline verify: one data set, one record
+numbering. To split the work across machines, run on machine K (K = 0..N-1)
+  feedline pack SRC OUT.lmdb --num-shards N --shard-index K
+each packing its part of the sorted file list; the run that completes the last shard
+writes the index, or run `feedline pack --join OUT.lmdb` once all shards lie together
+(after copying them to one folder, say). Nothing is repacked to join."""
 
 
 def register(subparsers) -> None:
     from converters.options import DEFAULT_MAX_PIXELS, DEFAULT_QUALITY  # light: no image libraries
     p = subparsers.add_parser("pack", help="pack an image folder into one LMDB or HDF5 file",
-                              description=_DESCRIPTION,
+                              description=_DESCRIPTION, usage=_USAGE,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("src", help="image folder (ImageFolder layout)")
-    p.add_argument("out", help="output file: OUT.lmdb, OUT.h5 or OUT.hdf5")
+    p.add_argument("src", nargs="?", help="image folder (ImageFolder layout)")
+    p.add_argument("out", nargs="?", help="output file: OUT.lmdb, OUT.h5 or OUT.hdf5")
     p.add_argument("--format", choices=("lmdb", "hdf5"), help="output format (default: from OUT's extension)")
     p.add_argument("--labels", metavar="FILE.csv", help="labels from a CSV of (relative path, label)")
     p.add_argument("--max-side", type=int, metavar="N", help="shrink images whose longer side exceeds N")
@@ -66,15 +76,41 @@ def register(subparsers) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted pack of the same OUT")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT once the new one is complete")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    shards = p.add_argument_group("shards")
+    shards.add_argument("--shard-size", metavar="SIZE",
+                        help="shards of SIZE input bytes (10GB, 512MiB) or of SIZE files (100000)")
+    shards.add_argument("--num-shards", type=int, metavar="N", help="N shards of equal file counts")
+    shards.add_argument("--shard-index", type=int, metavar="K",
+                        help="pack only shard K (0..N-1) of the split: one part on each machine")
+    shards.add_argument("--join", action="store_true",
+                        help="write OUT.shards.json for the complete shards next to OUT: feedline pack --join OUT")
     p.set_defaults(func=run)
 
 
+_USAGE = """feedline pack SRC OUT [options]
+       feedline pack --join OUT"""
+
+
 def run(args) -> int:
-    from converters import PackOptions, pack
+    from converters import PackOptions, join_shards, pack
+    from converters.options import parse_shard_size
+
+    from ..errors import FeedlineError
+    if args.join:
+        if args.src is None or args.out is not None:
+            raise FeedlineError("--join takes OUT alone: feedline pack --join OUT.lmdb")
+        path = join_shards(args.src)
+        if not args.quiet:
+            print(f"wrote {path}")
+        return 0
+    if args.out is None:
+        raise FeedlineError("pack needs SRC and OUT: feedline pack SRC OUT.lmdb")
+    sharding = parse_shard_size(args.shard_size) if args.shard_size is not None else {}
     options = PackOptions(format=args.format, labels_csv=args.labels, max_side=args.max_side,
                           quality=args.quality, max_pixels=args.max_pixels, on_error=args.on_error,
                           check=args.check, space_check=args.space_check, jobs=args.jobs, resume=args.resume, overwrite=args.overwrite,
-                          progress=not args.quiet)
+                          progress=not args.quiet, num_shards=args.num_shards, shard_index=args.shard_index,
+                          **sharding)
     report = pack(args.src, args.out, options)
     if not args.quiet:
         print("\n".join(report.summary_lines()))

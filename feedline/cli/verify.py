@@ -24,7 +24,8 @@ def register(subparsers) -> None:
                                           "Sharded data sets: give the index file (OUT.shards.json). "
                                           "Exit code 0 when all is well, 1 when problems were found (they "
                                           "are listed).")
-    p.add_argument("dataset", metavar="OUT", help="packed .lmdb or .h5 file, shard index, or an image folder")
+    p.add_argument("dataset", metavar="OUT", help="packed .lmdb or .h5 file, shard index (OUT.shards.json), "
+                                                  "quoted glob of shards, or an image folder")
     p.add_argument("--checksums-only", action="store_true",
                    help="compare checksums only, decode nothing (needs a file packed with checksums)")
     p.add_argument("--jobs", "-j", type=_positive, default=None, metavar="N",

@@ -1,51 +1,42 @@
-"""Stores: random access to packed data sets (LMDB, HDF5) and plain image folders."""
+"""Stores: random access to packed data sets (LMDB, HDF5, shards of either) and plain image folders."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from ..errors import StoreError
+from ..format import SHARD_INDEX_SUFFIX, shard_index
 from .base import Store
+from .detect import open_file, read_head
+from .sharded_store import ShardedStore
 
-_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-_LMDB_MAGIC = 0xBEEFC0DE
-
-
-def _looks_like_hdf5(head: bytes) -> bool:
-    # The superblock sits at 0 or, after a user block, at 512, 1024, 2048, ...
-    return any(head.startswith(_HDF5_SIGNATURE, offset) for offset in (0, 512, 1024, 2048))
+_GLOB_CHARS = "*?["
 
 
-def _looks_like_lmdb(head: bytes) -> bool:
-    # LMDB's meta page 0 holds the magic number after the 16-byte page header.
-    return len(head) >= 20 and int.from_bytes(head[16:20], "little") == _LMDB_MAGIC
-
-
-def open_dataset(path: str | os.PathLike, labels_csv: str | None = None) -> Store:
-    """Open an LMDB file, an HDF5 file or an image folder, recognized by content."""
-    path = os.fspath(path)
+def open_dataset(source: str | os.PathLike | Sequence[str | os.PathLike], labels_csv: str | None = None) -> Store:
+    """Open a data set: an LMDB or HDF5 file (recognized by content), an image folder,
+    a shard index (OUT.shards.json), a glob matching shard files, or a list of them.
+    Several files are one data set with one record numbering, checked at open: a
+    missing or repeated shard, or shards of different packs, classes or versions, fail here."""
+    if not isinstance(source, (str, os.PathLike)):
+        return ShardedStore.from_paths([os.fspath(p) for p in source])
+    path = os.fspath(source)
     if os.path.isdir(path):
         if os.path.exists(os.path.join(path, "data.mdb")):
             raise StoreError(f"{path}: an LMDB directory; feedline stores are single-file LMDB. "
                              "Pack the image folder with `feedline pack SRC OUT.lmdb`.")
         from .folder_store import FolderStore
         return FolderStore(path, labels_csv)
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096)
-    except FileNotFoundError:
-        raise StoreError(f"{path}: no such file or folder") from None
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
-    if _looks_like_hdf5(head):
-        from .hdf5_store import Hdf5Store
-        return Hdf5Store(path)
-    if _looks_like_lmdb(head):
-        from .lmdb_store import LmdbStore
-        return LmdbStore(path)
-    if not head:
-        raise StoreError(f"{path}: empty file; not a feedline store")
-    raise StoreError(f"{path}: not a feedline store (neither LMDB nor HDF5). "
-                     "Pack an image folder with `feedline pack SRC OUT.lmdb`.")
+    if not os.path.exists(path):
+        if any(c in path for c in _GLOB_CHARS):
+            return ShardedStore.from_glob(path)
+        if os.path.exists(shard_index(path)) and not path.endswith(SHARD_INDEX_SUFFIX):
+            raise StoreError(f"{path}: no such file, but {shard_index(path)} names the shards of a sharded "
+                             "pack: open that")
+    head = read_head(path)
+    if head.lstrip()[:1] == b"{":
+        return ShardedStore.from_index(path)
+    return open_file(path, head)
 
 
-__all__ = ["Store", "open_dataset"]
+__all__ = ["Store", "ShardedStore", "open_dataset"]

@@ -88,6 +88,10 @@ class Store(ABC):
         return np.fromiter((len(memoryview(self.read(i))) for i in range(len(self))),
                            dtype=np.int64, count=len(self))
 
+    def files(self) -> list[str]:
+        """The data files read: one for a packed file, the shards of a sharded set."""
+        return [self.filename]
+
     def layout_problems(self) -> list[str]:
         """Damage that opening does not look for because it costs a pass over all keys:
         records stored beyond the count, leftovers of an unfinished pack. Empty when sound."""

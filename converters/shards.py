@@ -1,0 +1,183 @@
+"""Sharded packs: the sorted file list cut into parts, each packed as a complete store
+(OUT-00000-of-0000N.EXT), and one index, OUT.shards.json, that names them.
+
+The plan is a pure function of the scan and the options (file counts, or the input
+files' sizes for --shard-size in bytes), so machines that scan the same folder agree
+on it: `--shard-index K` packs part K only, and the parts join without repacking.
+The index is written when the last shard is complete (by whichever run completes it;
+its content does not depend on who writes it), or by `join` (`feedline pack --join OUT`).
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import replace
+
+from feedline.durable import fsync_folder
+from feedline.errors import PackError
+from feedline.format import (SHARD_INDEX_FORMAT, SHARD_INDEX_VERSION, shard_index, shard_name)
+from feedline.scan import ScanResult, scan_folder
+from feedline.stores import ShardedStore, open_dataset
+
+from .disk_space import check_room
+from .journal import scan_digest
+from .options import PackOptions, format_for
+from .packer import pack_scan
+from .report import PackReport, Skip
+
+log = logging.getLogger(__name__)
+
+
+def plan_shards(scan: ScanResult, options: PackOptions) -> list[tuple[int, int]]:
+    """[start, stop) ranges of ``scan.paths``, one per shard, in order."""
+    n = len(scan.paths)
+    if options.num_shards is not None:
+        if options.num_shards > n:
+            raise PackError(f"{scan.root}: {options.num_shards} shards of {n} files: give at most {n}")
+        k = options.num_shards
+        return [(i * n // k, (i + 1) * n // k) for i in range(k)]
+    if options.shard_records is not None:
+        step = options.shard_records
+        return [(i, min(i + step, n)) for i in range(0, n, step)]
+    ranges, start, size = [], 0, 0
+    for i, length in enumerate(_input_sizes(scan)):
+        if i > start and size + length > options.shard_bytes:
+            ranges.append((start, i))
+            start, size = i, 0
+        size += length
+    return ranges + [(start, n)]
+
+
+def _input_sizes(scan: ScanResult, start: int = 0, stop: int | None = None) -> list[int]:
+    sizes = []
+    for rel in scan.paths[start:stop]:
+        try:
+            sizes.append(os.stat(os.path.join(scan.root, rel)).st_size)
+        except OSError:
+            sizes.append(0)  # unreadable: skipped and listed when packed
+    return sizes
+
+
+def _pack_id(scan: ScanResult, options: PackOptions, fmt, ranges: list[tuple[int, int]]) -> str:
+    """The same for every shard of one pack, on any machine: the input, the options that
+    shape the output (the labels file by content, not by its path) and the plan."""
+    wanted = {k: v for k, v in options.output_options(fmt).items() if k != "labels_csv"}
+    text = json.dumps([scan_digest(scan), wanted, ranges], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _part(scan: ScanResult, start: int, stop: int) -> ScanResult:
+    return replace(scan, paths=scan.paths[start:stop], labels=scan.labels[start:stop], problems=[])
+
+
+def pack_sharded(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions) -> PackReport:
+    """Pack ``src`` into shards of ``out``; all of them, or only ``options.shard_index``."""
+    started = time.perf_counter()
+    out = os.path.abspath(os.fspath(out))
+    fmt = format_for(out, options.format)
+    scan = scan_folder(os.fspath(src), options.labels_csv)
+    ranges = plan_shards(scan, options)
+    count = len(ranges)
+    if options.shard_index is not None and options.shard_index >= count:
+        raise PackError(f"--shard-index {options.shard_index}: this split has {count} shards (0..{count - 1})")
+    pack_id = _pack_id(scan, options, fmt, ranges)
+    wanted = range(count) if options.shard_index is None else [options.shard_index]
+    todo = [k for k in wanted if not _done(shard_name(out, k, count), pack_id, options)]
+    clash = [shard_name(out, k, count) for k in todo if os.path.lexists(shard_name(out, k, count))]
+    if clash and not options.overwrite:
+        raise PackError(f"{clash[0]} already exists ({len(clash)} of the shards to pack do); pass --resume to "
+                        "keep the complete shards of this pack, or --overwrite to replace them")
+    if options.space_check and todo:
+        lengths = [x for k in todo for x in _input_sizes(scan, *ranges[k])]
+        check_room(out, fmt.value, lengths, sum(len(p) for k in todo for p in scan.paths[slice(*ranges[k])]))
+    reports = []
+    for k in wanted:
+        name = shard_name(out, k, count)
+        # The scan's own problems (links not followed, labels CSV mismatches) go to shard 0's report.
+        not_taken = [Skip.of(p) for p in scan.problems] if k == 0 else []
+        if k not in todo:
+            log.info("%s: already packed (resume)", name)
+            reports.append(_report_of_done(name, fmt.value, not_taken))
+            continue
+        reports.append(pack_scan(_part(scan, *ranges[k]), name, options, not_taken=not_taken,
+                                 shard={"index": k, "of": count, "pack_id": pack_id}))
+    index = None
+    if all(os.path.exists(shard_name(out, k, count)) for k in range(count)):
+        index = join(out, count)
+    else:
+        log.info("%d of %d shards of %s are here; once all are, `feedline pack --join %s` writes the index "
+                 "(the run that packs the last one writes it too)",
+                 sum(os.path.exists(shard_name(out, k, count)) for k in range(count)), count, out, out)
+    return _combined(reports, index or reports[0].out, fmt.value, time.perf_counter() - started)
+
+
+def _done(name: str, pack_id: str, options: PackOptions) -> bool:
+    """A complete shard of this pack that --resume keeps."""
+    if not (options.resume and os.path.exists(name)):
+        return False
+    with open_dataset(name) as store:
+        return store.meta.get("shard", {}).get("pack_id") == pack_id
+
+
+def _report_of_done(name: str, fmt: str, not_taken: list[Skip]) -> PackReport:
+    from .report import read_error_report
+    with open_dataset(name) as store:
+        packed = len(store)
+    errors = name + ".errors.csv"
+    skipped = read_error_report(errors) if os.path.exists(errors) else []
+    return PackReport(out=name, format=fmt, found=packed + len(skipped), packed=packed, converted=0,
+                      skipped=skipped, resumed_from=packed + len(skipped) - len(not_taken),
+                      error_report=errors if skipped else None)
+
+
+def _combined(reports: list[PackReport], out: str, fmt: str, seconds: float) -> PackReport:
+    return PackReport(out=out, format=fmt, found=sum(r.found for r in reports), packed=sum(r.packed for r in reports),
+                      converted=sum(r.converted for r in reports), skipped=[s for r in reports for s in r.skipped],
+                      bytes_in=sum(r.bytes_in for r in reports), bytes_out=sum(r.bytes_out for r in reports),
+                      seconds=seconds, resumed_from=sum(r.resumed_from for r in reports), shards=reports)
+
+
+_SHARD_RE = r"-(\d{5})-of-(\d{5})"
+
+
+def join(out: str | os.PathLike, count: int | None = None) -> str:
+    """Write OUT.shards.json for the shards OUT-*-of-N.EXT next to ``out`` (of ``count``
+    shards, when given); returns its path. Checks the set as opening it does: each shard
+    once, none missing, one pack, one class list."""
+    out = os.path.abspath(os.fspath(out))
+    stem, ext = os.path.splitext(out)
+    pattern = re.compile(re.escape(os.path.basename(stem)) + _SHARD_RE + re.escape(ext) + "$")
+    found = [f for f in sorted(glob.glob(glob.escape(stem) + "-*-of-*" + glob.escape(ext)))
+             if pattern.match(os.path.basename(f))]
+    if count is not None:
+        found = [f for f in found if int(pattern.match(os.path.basename(f))[2]) == count]
+    if not found:
+        raise PackError(f"{out}: no shards to join (looked for {os.path.basename(stem)}-NNNNN-of-NNNNN{ext} "
+                        f"in {os.path.dirname(out)})")
+    splits = sorted({int(pattern.match(os.path.basename(f))[2]) for f in found})
+    if len(splits) > 1:
+        raise PackError(f"{out}: shards of {len(splits)} different splits ({', '.join(f'of {n}' for n in splits)}) "
+                        "lie here; remove the old ones and join again")
+    with ShardedStore.from_paths(found) as store:
+        index = {"format": SHARD_INDEX_FORMAT, "version": SHARD_INDEX_VERSION,
+                 "format_version": store.meta["format_version"], "kind": store.kind, "count": len(store),
+                 "classes": store.classes, "checksums": store.checksums is not None,
+                 "pack_id": store.stores[0].meta.get("shard", {}).get("pack_id"),
+                 "pack_options": store.meta["pack_options"], "source": store.meta["source"],
+                 "shards": [{"file": os.path.basename(s.filename), "count": len(s)} for s in store.stores]}
+    path = shard_index(out)
+    tmp = f"{path}.{os.getpid()}.partial"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(index, fh, indent=1, sort_keys=True)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)  # several machines may finish at once: each writes the same index
+    fsync_folder(os.path.dirname(path))
+    log.info("%s: %d shards, %d records", path, len(index["shards"]), index["count"])
+    return path
