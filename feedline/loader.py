@@ -145,34 +145,16 @@ class FeedLoader:
                 log.warning("%s", stats.ledger.summary(self.store.filename))
 
     # -- resume ----------------------------------------------------------------------
-    def _fingerprint(self) -> dict:
-        """What must match for a saved position to mean the same batches."""
-        c = self.config
-        return {"seed": c.seed, "order": c.order.value, "batch_size": c.batch_size, "drop_last": c.drop_last,
-                "world_size": c.world_size, "even_shards": c.even_shards, "samples": len(self.store)}
-
     def state_dict(self) -> dict:
         """Where the loader stands: loading it makes the next iteration yield exactly the
         batches an uninterrupted run would have yielded next."""
         return {"version": STATE_VERSION, "epoch": self._position.epoch, "batch": self._position.batch,
-                **self._fingerprint()}
+                **fingerprint(self.config, len(self.store))}
 
     def load_state_dict(self, state: dict) -> None:
-        version = state.get("version")
-        if version not in _KNOWN_STATES:
-            raise ValueError(f"cannot resume: the loader state has version {version!r}; this feedline "
-                             f"reads versions {', '.join(map(str, _KNOWN_STATES))} (it writes {STATE_VERSION}). "
-                             "Resume with the feedline that saved it, or start the epoch afresh")
-        if version == 1:  # shuffle: bool, and no drop_last or even_shards (always as now)
-            state = {**state, "order": (Order.RANDOM if state.get("shuffle") else Order.SEQUENTIAL).value,
-                     "drop_last": self.config.drop_last, "even_shards": True}
-        for key, value in self._fingerprint().items():
-            if state.get(key) != value:
-                raise ValueError(f"cannot resume: the saved loader had {key}={state.get(key)!r}, "
-                                 f"this one has {value!r}")
+        position = position_from_state(state, fingerprint(self.config, len(self.store)))
         self._close_active()
-        self._position = Position(int(state["epoch"]), int(state["batch"]))
-        self._started = False
+        self._position, self._started = position, False
 
     # -- lifetime --------------------------------------------------------------------
     def _close_active(self) -> None:
@@ -196,3 +178,27 @@ class FeedLoader:
         c = self.config
         return (f"FeedLoader({self.store.filename!r}, batch_size={c.batch_size}, decoder={c.decoder.value!r}, "
                 f"threads={c.num_threads}, device={c.output.device!r}, {len(self)} batches/epoch)")
+
+
+def fingerprint(config: LoaderConfig, samples: int) -> dict:
+    """What must match for a saved position to mean the same batches."""
+    c = config
+    return {"seed": c.seed, "order": c.order.value, "batch_size": c.batch_size, "drop_last": c.drop_last,
+            "world_size": c.world_size, "even_shards": c.even_shards, "samples": samples}
+
+
+def position_from_state(state: dict, expected: dict) -> Position:
+    """The Position a saved loader state holds, once its version and fingerprint check out."""
+    version = state.get("version")
+    if version not in _KNOWN_STATES:
+        raise ValueError(f"cannot resume: the loader state has version {version!r}; this feedline "
+                         f"reads versions {', '.join(map(str, _KNOWN_STATES))} (it writes {STATE_VERSION}). "
+                         "Resume with the feedline that saved it, or start the epoch afresh")
+    if version == 1:  # shuffle: bool where version 2 has order; drop_last and even_shards as now
+        state = {**state, "order": (Order.RANDOM if state.get("shuffle") else Order.SEQUENTIAL).value,
+                 "drop_last": expected["drop_last"], "even_shards": True}
+    for key, value in expected.items():
+        if state.get(key) != value:
+            raise ValueError(f"cannot resume: the saved loader had {key}={state.get(key)!r}, "
+                             f"this one has {value!r}")
+    return Position(int(state["epoch"]), int(state["batch"]))

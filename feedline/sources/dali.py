@@ -11,14 +11,13 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from ..choices import OnError
 from ..config import LoaderConfig
 from ..errors import DecodeError
 from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
 from .dali_graph import build_pipeline, dali_reason, import_dali, to_torch
-from .records import bad_record, read_record, record_error
-from .substitute import MAX_ATTEMPTS, substitute_sample
+from .known_bad import KnownBad
+from .records import read_record
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +46,7 @@ class DaliBatches:
         self.store, self.config = store, config
         self._dali = import_dali()
         self._pipe = None
-        self._bad: dict[int, BaseException] = {}  # records known bad; grows only with bad records
-        self._checker = None                      # a CPU decoder, built at the first failure
+        self._bad = KnownBad(store, config.on_error)
         self._epoch: EpochPlan | None = None
         self._stats: LoaderStats | None = None
         self._plans: Iterator[BatchPlan] | None = None
@@ -74,50 +72,15 @@ class DaliBatches:
         for k, original in enumerate(plan.indices.tolist()):
             while True:
                 if original in self._bad:
-                    indices[k], boxes[k], flips[k] = self._substitute(plan, k)
+                    indices[k], boxes[k], flips[k] = self._bad.substitute(self._epoch, plan, k, self._stats)
                     labels[k] = self.store.labels[indices[k]]
                 try:
                     # DALI copies the bytes when they are fed, before the store's buffer can change.
                     encoded.append(np.frombuffer(read_record(self.store, int(indices[k])), dtype=np.uint8))
                     break
                 except Exception as exc:  # a read or checksum failure: a bad record, as in every source
-                    self._found_bad(int(indices[k]), exc, plan, k)
+                    self._bad.found(int(indices[k]), exc, plan, k, self._stats)
         return _Fed(plan, indices, labels), boxes, flips, encoded
-
-    def _substitute(self, plan: BatchPlan, k: int):
-        index = int(plan.indices[k])
-        ep = self._epoch
-        for attempt in range(MAX_ATTEMPTS):
-            sub, box, flip = substitute_sample(ep.spec, ep.seed, ep.epoch, index, attempt, self.store.sizes)
-            if sub not in self._bad:
-                self._stats.ledger.add(bad_record(self.store, plan, k, self._bad[index], sub))
-                return sub, box, flip
-        self._stats.ledger.add(bad_record(self.store, plan, k, self._bad[index], None))
-        raise record_error(self.store, index, self._bad[index])
-
-    def _found_bad(self, index: int, exc: BaseException, plan: BatchPlan, k: int) -> None:
-        """Record ``index`` is bad: raise (on_error='raise') or remember it for substitution."""
-        if self.config.on_error is OnError.RAISE:
-            if index == int(plan.indices[k]):
-                self._stats.ledger.add(bad_record(self.store, plan, k, exc, None))
-            raise record_error(self.store, index, exc) from exc
-        self._bad.setdefault(index, exc)
-
-    # -- failures --------------------------------------------------------------------------
-
-    def _check(self, index: int) -> BaseException | None:
-        """Why record ``index`` does not decode to the size the store records, or None."""
-        if self._checker is None:
-            from ..decoders import get_decoder
-            self._checker = get_decoder("auto")
-        try:
-            h, w = self._checker.decode(read_record(self.store, index)).shape[:2]
-        except Exception as exc:  # any failure of the decoder is this record's problem
-            return exc
-        if (h, w) != self.store.size(index):
-            expected = self.store.size(index)
-            return DecodeError(f"decodes to {h}x{w}, but the store records {expected[0]}x{expected[1]}")
-        return None
 
     def _recover(self, exc: Exception):
         """DALI failed a batch and its pipeline is no longer valid: find the bad records of
@@ -125,7 +88,7 @@ class DaliBatches:
         failed = list(self._inflight)
         self._discard()
         for fed in failed:  # the oldest is the batch DALI reported; look further only if it is clean
-            found = [(k, i, why) for k, i in enumerate(fed.indices.tolist()) if (why := self._check(i))]
+            found = [(k, i, why) for k, i in enumerate(fed.indices.tolist()) if (why := self._bad.check(i))]
             if found:
                 break
         else:
@@ -133,7 +96,7 @@ class DaliBatches:
             raise DecodeError(f"DALI failed on {where} ({dali_reason(exc)}), but each of its records "
                               "decodes on the CPU to the size the store records") from exc
         for k, index, why in found:
-            self._found_bad(index, why, fed.plan, k)
+            self._bad.found(index, why, fed.plan, k, self._stats)
         self._refeed.extendleft(f.plan for f in reversed(failed))
         pipe = self._pipeline()
         pipe.schedule_run()

@@ -13,8 +13,6 @@ can read memory the decoder might be handed.
 """
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from typing import Iterator
 
@@ -27,19 +25,17 @@ from ..config import LoaderConfig
 from ..decoders.base import Box
 from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
+from .background import ahead
 from .prefetcher import _normalizer
 from .records import bad_record, read_record, record_error
 from .substitute import MAX_ATTEMPTS, substitute_sample
 
-_DONE = object()
-
-
 class GpuDecodeBatches:
     """A BatchSource on nvImageCodec's GPU decoders.
 
-    Concurrency: one producer thread reads a batch's bytes (checksums checked), decodes its
-    regions on the GPU and finishes the batch on a side stream, ``prefetch`` batches ahead
-    of the consumer, into a bounded queue; the consumer's stream waits on each batch's
+    Concurrency: one producer thread (``background.ahead``) reads a batch's bytes (checksums
+    checked), decodes its regions on the GPU and finishes the batch on a side stream,
+    ``prefetch`` batches ahead of the consumer; the consumer's stream waits on each batch's
     event. Records nvJPEG cannot decode (not JPEG, CMYK, 12-bit) are decoded on the CPU
     by feedline's CPU decoder and uploaded; a record neither can decode is a bad record.
     """
@@ -158,45 +154,14 @@ class GpuDecodeBatches:
     # -- the protocol -------------------------------------------------------------------
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        ready: queue.Queue = queue.Queue(maxsize=self.config.prefetch)
-        stop = threading.Event()
-
-        def produce():
-            try:
-                for plan in epoch.batches(self.store.labels, self.store.sizes, start):
-                    item = self._finish(plan, epoch, stats)
-                    while not stop.is_set():
-                        try:
-                            ready.put(item, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
-                        return
-                ready.put(_DONE)
-            except BaseException as exc:  # reaches the consumer, with the record's index and path
-                ready.put(exc)
-
-        thread = threading.Thread(target=produce, name="feedline-gpu-decode", daemon=True)
-        thread.start()
-        try:
-            while (item := ready.get()) is not _DONE:
-                if isinstance(item, BaseException):
-                    raise item
-                images, labels, event, _ = item
-                current = torch.cuda.current_stream(self.device)
-                current.wait_event(event)
-                images.record_stream(current)
-                labels.record_stream(current)
-                yield images, labels
-        finally:
-            stop.set()
-            while thread.is_alive():  # unblock a producer waiting on a full queue
-                try:
-                    ready.get_nowait()
-                except queue.Empty:
-                    thread.join(timeout=0.1)
-            thread.join()
+        finished = (self._finish(plan, epoch, stats)
+                    for plan in epoch.batches(self.store.labels, self.store.sizes, start))
+        for images, labels, event, _ in ahead(finished, self.config.prefetch, "feedline-gpu-decode"):
+            current = torch.cuda.current_stream(self.device)
+            current.wait_event(event)
+            images.record_stream(current)
+            labels.record_stream(current)
+            yield images, labels
 
     def close(self) -> None:
         """Nothing outlives a run: the decoder and the stream are freed with this object."""
