@@ -160,14 +160,20 @@ def meta_to_bytes(meta: dict) -> bytes:
     return json.dumps(meta, sort_keys=True).encode("utf-8")
 
 
+def _json_object(raw: bytes | str, where: str, format_name: str, what: str) -> dict:
+    """The JSON object in ``raw`` whose "format" is ``format_name``; StoreError otherwise."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StoreError(f"{where}: not valid JSON ({exc}); not {what}") from None
+    if not isinstance(value, dict) or value.get("format") != format_name:
+        raise StoreError(f"{where}: not {what} (no \"format\": \"{format_name}\")")
+    return value
+
+
 def parse_meta(raw: bytes | str, where: str) -> dict:
     """Parse and check data-set metadata; a clear StoreError for anything else."""
-    try:
-        meta = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise StoreError(f"{where}: metadata is not valid JSON ({exc}); not a feedline store") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise StoreError(f"{where}: not a feedline store (no feedline metadata)")
+    meta = _json_object(raw, where, FORMAT_NAME, "a feedline store")
     version = meta.get("format_version")
     if isinstance(version, bool) or not isinstance(version, int) or version not in KNOWN_VERSIONS:
         known = ", ".join(map(str, KNOWN_VERSIONS))
@@ -210,12 +216,7 @@ def shard_index(out: str) -> str:
 
 def parse_shard_index(raw: bytes | str, where: str) -> dict:
     """Parse and check a shard index; a clear StoreError for anything else."""
-    try:
-        index = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise StoreError(f"{where}: not valid JSON ({exc}); not a feedline shard index") from None
-    if not isinstance(index, dict) or index.get("format") != SHARD_INDEX_FORMAT:
-        raise StoreError(f"{where}: not a feedline shard index (no \"format\": \"{SHARD_INDEX_FORMAT}\")")
+    index = _json_object(raw, where, SHARD_INDEX_FORMAT, "a feedline shard index")
     version = index.get("version")
     if version != SHARD_INDEX_VERSION:
         raise StoreError(f"{where}: shard index version {version!r}, but this feedline reads version "
