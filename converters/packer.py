@@ -28,7 +28,7 @@ from feedline.format import Columns, checksum, make_meta
 from feedline.scan import ScanResult, scan_folder
 
 from .decode_check import DecodeCheck, DecodeChecker
-from .disk_space import check_room, write_failed
+from .disk_space import check_room_for, write_failed
 from .journal import JournalEntry, check_entries, scan_digest
 from .normalize import Conversion, Record, check_file, convert
 from .options import OnError, PackCheck, PackOptions, format_for
@@ -152,14 +152,8 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
 def _check_space(scan: ScanResult, start: int, out: str, fmt: str, writer: Writer, fresh: bool) -> None:
     """Refuse before writing when the files still to pack will not fit; a fresh pack
     leaves nothing behind, a resumed one keeps what it has."""
-    lengths = []
-    for rel in scan.paths[start:]:
-        try:
-            lengths.append(os.stat(os.path.join(scan.root, rel)).st_size)
-        except OSError:
-            lengths.append(0)  # unreadable: it will be skipped and listed
     try:
-        check_room(out, fmt, lengths, sum(len(p) for p in scan.paths[start:]))
+        check_room_for(out, fmt, scan.root, scan.paths[start:])
     except DiskFullError:
         if fresh:
             writer.discard()

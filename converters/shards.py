@@ -24,7 +24,7 @@ from feedline.format import (SHARD_INDEX_FORMAT, SHARD_INDEX_VERSION, shard_inde
 from feedline.scan import ScanResult, scan_folder
 from feedline.stores import ShardedStore, open_dataset
 
-from .disk_space import check_room
+from .disk_space import check_room_for, file_sizes
 from .journal import scan_digest
 from .options import PackOptions, format_for
 from .packer import pack_scan
@@ -45,22 +45,12 @@ def plan_shards(scan: ScanResult, options: PackOptions) -> list[tuple[int, int]]
         step = options.shard_records
         return [(i, min(i + step, n)) for i in range(0, n, step)]
     ranges, start, size = [], 0, 0
-    for i, length in enumerate(_input_sizes(scan)):
+    for i, length in enumerate(file_sizes(scan.root, scan.paths)):
         if i > start and size + length > options.shard_bytes:
             ranges.append((start, i))
             start, size = i, 0
         size += length
     return ranges + [(start, n)]
-
-
-def _input_sizes(scan: ScanResult, start: int = 0, stop: int | None = None) -> list[int]:
-    sizes = []
-    for rel in scan.paths[start:stop]:
-        try:
-            sizes.append(os.stat(os.path.join(scan.root, rel)).st_size)
-        except OSError:
-            sizes.append(0)  # unreadable: skipped and listed when packed
-    return sizes
 
 
 def _pack_id(scan: ScanResult, options: PackOptions, fmt, ranges: list[tuple[int, int]]) -> str:
@@ -93,8 +83,7 @@ def pack_sharded(src: str | os.PathLike, out: str | os.PathLike, options: PackOp
         raise PackError(f"{clash[0]} already exists ({len(clash)} of the shards to pack do); pass --resume to "
                         "keep the complete shards of this pack, or --overwrite to replace them")
     if options.space_check and todo:
-        lengths = [x for k in todo for x in _input_sizes(scan, *ranges[k])]
-        check_room(out, fmt.value, lengths, sum(len(p) for k in todo for p in scan.paths[slice(*ranges[k])]))
+        check_room_for(out, fmt.value, scan.root, [p for k in todo for p in scan.paths[slice(*ranges[k])]])
     reports = []
     for k in wanted:
         name = shard_name(out, k, count)

@@ -63,7 +63,10 @@ def test_the_sample_does_not_fit(src):
 
 
 @pytest.mark.parametrize("ext", FORMATS)
-def test_refused_before_writing_when_the_estimate_does_not_fit(src, small_disk, ext):
+@pytest.mark.parametrize("sample", [None, 5])
+def test_refused_before_writing_when_the_estimate_does_not_fit(src, small_disk, ext, sample, monkeypatch):
+    if sample is not None:  # a large pack looks up a sample of sizes first
+        monkeypatch.setattr("converters.disk_space._SAMPLE", sample)
     out = small_disk.path / f"o.{ext}"
     with pytest.raises(DiskFullError) as err:
         pack(src, str(out))
