@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from feedline.verify import strict_decoder
-
 from .normalize import Record
 from .report import Skip, SkipReason
 
@@ -28,6 +26,7 @@ class DecodeChecker:
     """Thread-safe: the registry's decoders are."""
 
     def __init__(self, decoder: str = "auto"):
+        from feedline.verify import strict_decoder  # only packs that decode pay for the decoders
         self.decoder = strict_decoder(decoder)
 
     def __call__(self, job: DecodeCheck) -> Record | Skip:
