@@ -114,6 +114,7 @@ def test_info_json(tmp_path, records, kind, main):
     data = json.loads(out)
     assert data["kind"] == kind
     assert data["format_version"] == FORMAT_VERSION
+    assert data["checksums"] is True and data["shards"] == []
     assert data["count"] == 12
     assert data["classes"][1] == {"label": 1, "name": "class_1", "count": 4}
     assert data["image_bytes"] == sum(len(b) for b in records.images)
