@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# On the GPU machine: check the wheel parts this device call carried (.whl/gpu/bundle-N)
+# and link them into a store outside the repository, where they stay while the machine
+# stays warm (30 s idle), so the next call can carry the next bundle. Prints which
+# bundles are still to come. .ci/gpu/README.md has the whole recipe.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+py="${PYTHON:-python3}"
+work="${FEEDLINE_GPU_WORK:-/var/tmp/feedline-gpu}"
+shopt -s nullglob
+bundles=("${GPU_WHEELS_OUT:-.whl/gpu}"/bundle-*)
+exec "$py" .ci/gpu/transport.py receive "${bundles[@]}" --store "$work/parts"

@@ -1,0 +1,123 @@
+"""prefetch_overlap: the share of the host-to-device copy (and normalization) that
+feedline's CUDA prefetcher hides behind the training step.
+
+    python bench/gpu/prefetch_overlap.py --out prefetch_overlap.json [--batch 256 --compute-ms 20]
+
+One pinned uint8 N x 224 x 224 x 3 batch (already decoded: decoding is not measured here)
+feeds a stand-in training step, matrix products sized to take about --compute-ms on the
+GPU. Per step, timed with CUDA events after a warm-up: compute alone; copy + normalize
+alone; both on one stream (serial); and feedline's CudaPrefetcher (copy of batch k+1 on
+its side stream while step k runs). Hidden share = (serial - prefetched) / copy: 1.0 when
+the copy costs the step nothing, 0 when it is fully serialized.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/gpu/prefetch_overlap.py`: the repository root on sys.path
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
+
+from bench.common import format_table, say, write_results  # noqa: E402
+from bench.gpu import common  # noqa: E402
+
+NAME = "prefetch_overlap"
+
+
+def stand_in_step(weights, images, repeats: int):
+    x = weights
+    for _ in range(repeats):
+        x = (x @ weights).tanh_()
+    return x.sum() + images.float().mean()
+
+
+def per_step_ms(run, steps: int) -> float:
+    import torch
+    run(3)  # warm-up: allocator, cuBLAS handles
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run(steps)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / steps
+
+
+def run(args) -> dict:
+    import torch
+    if args.cpu_smoke or not torch.cuda.is_available():
+        reason = "no CUDA device: the overlap of a copy with GPU compute needs a GPU"
+        say(f"{NAME}: {reason}")
+        path = write_results(NAME, [], vars(args), args.out, skipped=reason)
+        return {"path": str(path), "skipped": reason}
+    from feedline.config import OutputSpec
+    from feedline.sources.prefetcher import CudaPrefetcher, _normalizer, convert
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    output = OutputSpec(dtype=torch.bfloat16, device=str(device))
+    gen = torch.Generator().manual_seed(0)
+    pinned = torch.randint(0, 256, (args.batch, args.size, args.size, 3), dtype=torch.uint8, generator=gen).pin_memory()
+    labels = torch.zeros(args.batch, dtype=torch.int64).pin_memory()
+    weights = torch.randn(2048, 2048, device=device, generator=torch.Generator(device).manual_seed(0)) / 64
+    norm = _normalizer(output, device)
+    one = per_step_ms(lambda n: [stand_in_step(weights, pinned[:1].to(device), 1) for _ in range(n)], 10)
+    repeats = max(1, round(args.compute_ms / max(one, 1e-3)))
+    prefetcher = CudaPrefetcher(output)
+
+    def compute_only(n):
+        images = convert(pinned.to(device), output, norm)
+        for _ in range(n):
+            stand_in_step(weights, images, repeats)
+
+    def copy_only(n):
+        for _ in range(n):
+            convert(pinned.to(device, non_blocking=True), output, norm)
+
+    def serial(n):
+        for _ in range(n):
+            stand_in_step(weights, convert(pinned.to(device, non_blocking=True), output, norm), repeats)
+
+    def prefetched(n):
+        pending = prefetcher.submit(pinned, labels, 0)
+        for _ in range(n):
+            ahead = prefetcher.submit(pinned, labels, 0)   # batch k+1 copies while step k runs
+            images, _ = prefetcher.finish(pending)
+            stand_in_step(weights, images, repeats)
+            pending = ahead
+        prefetcher.finish(pending)
+
+    times = {name: per_step_ms(fn, args.steps) for name, fn in
+             [("compute only", compute_only), ("copy+normalize only", copy_only),
+              ("serial (one stream)", serial), ("feedline prefetcher", prefetched)]}
+    copy, compute = times["copy+normalize only"], times["compute only"]
+    hidden = (times["serial (one stream)"] - times["feedline prefetcher"]) / max(copy, 1e-9)
+    rows = [{"name": k, "ms_per_step": v} for k, v in times.items()]
+    say(format_table(rows, [("", "name"), ("ms/step", "ms_per_step")]))
+    say(f"copy hidden behind compute: {hidden:.0%} (copy+normalize {copy:.2f} ms, compute {compute:.2f} ms, "
+        f"batch {args.batch} x {args.size}x{args.size}, bf16, channels_last)")
+    gb_s = args.batch * args.size * args.size * 3 / (copy / 1e3) / 1e9
+    path = write_results(NAME, rows, vars(args) | {"gpu": common.gpu_name(), "matmul_repeats": repeats}, args.out,
+                         hidden_fraction=hidden, copy_ms=copy, compute_ms=compute,
+                         copy_normalize_gb_s=gb_s, images_per_s_copy=args.batch / (copy / 1e3))
+    say(f"wrote {path}")
+    return {"path": str(path), "hidden_fraction": hidden}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.add_common(p, data=False)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--compute-ms", type=float, default=20.0, help="the stand-in step's GPU time (default 20)")
+    args = p.parse_args(argv)
+    common.positive(p, args, "batch", "size", "steps")
+    if not args.compute_ms > 0:
+        p.error("--compute-ms must be positive")
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""The GPU check's parts that run without a GPU: carrying wheels in bundles (.ci/gpu/
+transport.py), choosing them (closure.py), the check up to its CUDA stage (check.sh), and
+the summary's targets (summary.py). Tiny real wheels made here; no network."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+GPU_CI = REPO / ".ci" / "gpu"
+sys.path.insert(0, str(GPU_CI))
+import closure  # noqa: E402
+import summary  # noqa: E402
+import transport  # noqa: E402
+
+KIB = 1024
+
+
+def source_text(lines: int, seed: int) -> bytes:
+    """Python source with a table of digests: compresses about as well as the libraries in
+    real wheels do (to about half), so the xz form still spans several parts."""
+    return "".join(f"KEY_{seed}_{i} = '{hashlib.sha256(f'{seed}-{i}'.encode()).hexdigest()}'\n"
+                   for i in range(lines)).encode()
+
+
+def make_wheel(folder: Path, name: str, version: str, files: dict[str, bytes], requires=()) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = folder / f"{dist}-py3-none-any.whl"
+    meta = (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+            + "".join(f"Requires-Dist: {r}\n" for r in requires) + "\n")
+    members = dict(files) | {f"{dist}.dist-info/METADATA": meta.encode(),
+                             f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\n"
+                                                        b"Root-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{arc},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+                     f"{len(data)}\n" for arc, data in members.items()) + f"{dist}.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for arc, data in members.items():
+            zf.writestr(arc, data)
+        zf.writestr(f"{dist}.dist-info/RECORD", record)
+    return path
+
+
+@pytest.fixture
+def wheels(tmp_path):
+    """A core group (one small wheel that installs a module) and a dali group (one wheel
+    large enough to be compressed and cut into several parts)."""
+    core = make_wheel(tmp_path / "dl" / "core", "fl-gpu-probe", "1.0",
+                      {"fl_gpu_probe/__init__.py": b"VALUE = 42\n"})
+    big = make_wheel(tmp_path / "dl" / "dali", "big-lib", "2.0",
+                     {f"big_lib/m{k}.py": source_text(500, k) for k in range(4)})
+    return {"core": core, "dali": big, "groups": {"core": core.parent, "dali": big.parent}}
+
+
+def pack_small(wheels, tmp_path, bundle_kib=24, part_kib=16):
+    return transport.pack(wheels["groups"], tmp_path / "bundles", tmp_path / "cache", bundle_kib * KIB,
+                          part_kib * KIB, compress_above=8 * KIB)
+
+
+def test_bundles_respect_the_limits_and_cover_every_byte_in_order(wheels, tmp_path):
+    manifest = pack_small(wheels, tmp_path)
+    out = tmp_path / "bundles"
+    assert manifest["bundles"] == [f"bundle-{i}" for i in range(1, len(manifest["bundles"]) + 1)]
+    assert len(manifest["bundles"]) >= 2
+    for name in manifest["bundles"]:
+        parts = [f for f in (out / name).iterdir() if f.name != transport.MANIFEST]
+        assert sum(f.stat().st_size for f in parts) <= 24 * KIB
+        assert all(f.stat().st_size <= 16 * KIB for f in parts)
+        assert json.loads((out / name / transport.MANIFEST).read_text()) == manifest
+    by_file = {w["file"]: w for w in manifest["wheels"]}
+    big = by_file[wheels["dali"].name]
+    assert big["encoding"] == "xz" and len(big["parts"]) >= 2
+    assert by_file[wheels["core"].name]["encoding"] == "raw"
+    assert manifest["wheels"][0]["group"] == "core"             # what feedline needs comes first
+    for wheel in manifest["wheels"]:
+        blob = b"".join((out / p["bundle"] / p["name"]).read_bytes() for p in wheel["parts"])
+        assert sum(p["size"] for p in wheel["parts"]) == len(blob)
+        if wheel["encoding"] == "raw":
+            assert blob == Path(wheels["core"]).read_bytes()
+
+
+def test_parts_arrive_bundle_by_bundle_and_rebuild_the_wheels(wheels, tmp_path):
+    manifest = pack_small(wheels, tmp_path)
+    out, store, rebuilt = tmp_path / "bundles", tmp_path / "store", tmp_path / "wheels"
+    first, *rest = [out / b for b in manifest["bundles"]]
+    received, problems = transport.receive([first], store)
+    assert received and not problems
+    report = transport.assemble(store, rebuilt)
+    big = report["wheels"][wheels["dali"].name]
+    assert not big["ok"] and "carry bundle-2" in big["reason"]
+    assert report["groups"]["dali"]["complete"] is False
+    transport.receive(rest, store)
+    report = transport.assemble(store, rebuilt)
+    assert all(row["ok"] for row in report["wheels"].values())
+    assert (rebuilt / wheels["core"].name).read_bytes() == wheels["core"].read_bytes()
+    with zipfile.ZipFile(wheels["dali"]) as a, zipfile.ZipFile(rebuilt / wheels["dali"].name) as b:
+        assert a.namelist() == b.namelist()
+        assert all(a.read(n) == b.read(n) for n in a.namelist())
+        assert all(i.compress_type == zipfile.ZIP_STORED for i in b.infolist())
+    assert transport.status_lines(manifest, store)[1] == "all bundles received"
+
+
+def test_a_damaged_part_is_refused(wheels, tmp_path):
+    manifest = pack_small(wheels, tmp_path)
+    bundle = tmp_path / "bundles" / manifest["bundles"][-1]
+    part = next(f for f in bundle.iterdir() if f.name != transport.MANIFEST)
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    part.write_bytes(bytes(data))
+    received, problems = transport.receive([bundle], tmp_path / "store")
+    assert part.name not in received
+    assert len(problems) == 1 and part.name in problems[0] and "sha256" in problems[0]
+    assert not (tmp_path / "store" / part.name).exists()
+
+
+def test_a_store_of_another_pack_is_emptied(wheels, tmp_path):
+    manifest = pack_small(wheels, tmp_path)
+    store = tmp_path / "store"
+    transport.receive([tmp_path / "bundles" / manifest["bundles"][0]], store)
+    (store / "stale.part00").write_bytes(b"old")
+    other = make_wheel(tmp_path / "other", "other-lib", "1.0", {"other_lib/__init__.py": b"X = 1\n"})
+    again = transport.pack({"core": other.parent}, tmp_path / "b2", tmp_path / "cache", 24 * KIB, 16 * KIB)
+    transport.receive([tmp_path / "b2" / again["bundles"][0]], store)
+    assert not (store / "stale.part00").exists()
+    assert transport.read_manifest(store)["pack_id"] == again["pack_id"] != manifest["pack_id"]
+
+
+def test_closure_follows_extras_and_names_what_is_missing(tmp_path):
+    core, dali = tmp_path / "core", tmp_path / "dali"
+    make_wheel(core, "codec", "0.9.0", {"codec/__init__.py": b""},
+               requires=['jpeg; extra == "jpeg"', 'tiff; extra == "all"', 'numpy'])
+    make_wheel(core, "jpeg", "13.0", {"jpeg/__init__.py": b""})
+    make_wheel(dali, "dali", "2.4", {"dali/__init__.py": b""}, requires=["codec[all]<0.10", "six>=1.16"])
+    make_wheel(dali, "numpy", "9.9", {"numpy/__init__.py": b""})
+    provided = {"numpy": None, "six": closure.Version("1.17")}
+    carried, notes = closure.choose([("core", core), ("dali", dali)], provided)
+    assert set(carried) == {"codec", "jpeg", "dali"}
+    assert any("numpy" in n for n in notes)                    # the image's numpy stays
+    roots = [closure.Requirement(n) for n in carried]
+    assert closure.unmet(roots, carried, provided) == ["tiff; extra == \"all\": neither carried nor on the GPU image"]
+    make_wheel(dali, "tiff", "0.8", {"tiff/__init__.py": b""})
+    carried, _ = closure.choose([("core", core), ("dali", dali)], provided)
+    assert closure.unmet(roots, carried, provided) == []
+    tight = {"numpy": None, "six": closure.Version("1.15")}
+    assert closure.unmet(roots, carried, tight) == ["six>=1.16 but the GPU image has six 1.15"]
+
+
+def test_the_check_stops_at_the_cuda_stage_with_the_wheels_installed(wheels, tmp_path):
+    manifest = pack_small(wheels, tmp_path)
+    work = tmp_path / "work"
+    env = dict(os.environ, FEEDLINE_GPU_WORK=str(work), GPU_WHEELS_OUT=str(tmp_path / "bundles"),
+               PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="", PIP_NO_INDEX="1")
+    results = REPO / "bench" / "results" / "gpu"
+    before = sorted(results.rglob("*")) if results.exists() else []
+    proc = subprocess.run(["bash", str(GPU_CI / "check.sh")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "no CUDA device" in proc.stderr and "2 wheels checked and installed" in proc.stderr
+    stages = work / "stages"
+    assert json.loads((stages / "cuda.json").read_text())["available"] is False
+    installed = json.loads((stages / "install.json").read_text())
+    assert sorted(installed["installed"]) == sorted(w["file"] for w in manifest["wheels"])
+    probe = subprocess.run([sys.executable, "-c", "import fl_gpu_probe; print(fl_gpu_probe.VALUE)"],
+                           env=dict(os.environ, PYTHONPATH=str(work / "site")), capture_output=True, text=True)
+    assert probe.stdout.strip() == "42"
+    assert not (stages / "tests.json").exists() and not (stages / "data.json").exists()
+    assert (sorted(results.rglob("*")) if results.exists() else []) == before   # nothing written for a GPU kind
+
+
+def test_the_check_refuses_an_unknown_stage(tmp_path):
+    proc = subprocess.run(["bash", str(GPU_CI / "check.sh"), "--only", "tests,benchmark"], capture_output=True,
+                          text=True, env=dict(os.environ, PYTHON=sys.executable, FEEDLINE_GPU_WORK=str(tmp_path)))
+    assert proc.returncode == 2 and "unknown stage 'benchmark'" in proc.stderr
+
+
+def test_junit_counts(tmp_path):
+    import check
+    xml = tmp_path / "j.xml"
+    xml.write_text('<testsuites><testsuite name="pytest" tests="10" failures="1" errors="1" skipped="3" '
+                   'time="2.5"/></testsuites>')
+    assert check.junit_counts(xml) == {"tests_passed": 5, "tests_failed": 2, "tests_skipped": 3, "seconds": 2.5}
+    assert check.junit_counts(tmp_path / "missing.xml")["tests_failed"] is None
+
+
+@pytest.mark.parametrize("name, kind", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
+                                        ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"), (None, "unknown")])
+def test_kind_from_the_device_name(name, kind):
+    assert summary.kind_of(name) == kind
+
+
+def test_summary_targets_say_what_was_missed_and_why(tmp_path):
+    stages, repo = tmp_path / "stages", tmp_path / "repo"
+    stages.mkdir()
+    bench = {
+        "loader": {"loader_img_s": 12_500.0, "torchvision_img_s": 3_000.0, "diagnosis": None},
+        "gpu_decode": {"cpu_threads_img_s": 10_000.0, "gpu_decode_img_s": 12_000.0, "dali_mixed_img_s": None,
+                       "results": [{"name": "dali", "reason": "ImportError: no DALI"}]},
+        "prefetch": {"hidden_fraction": 0.97},
+        "resnet50": {"real_images_per_s": 2_700.0, "synthetic_images_per_s": 3_000.0,
+                     "resnet50_real_over_synthetic": 0.9, "diagnosis": "input-bound: waited 9%",
+                     "epochs": [{"epoch": 0, "data_wait": 0.09}]},
+        "ddp": {"ddp_ok": True},
+    }
+    for stage, payload in bench.items():
+        (tmp_path / f"{stage}.json").write_text(json.dumps(payload))
+        (stages / f"bench-{stage}.json").write_text(json.dumps({"ok": True, "json": str(tmp_path / f"{stage}.json")}))
+    (stages / "tests.json").write_text(json.dumps({"runs": {
+        "suite_not_cuda": {"tests_passed": 400, "tests_failed": 0, "tests_skipped": 2},
+        "cuda": {"tests_passed": 20, "tests_failed": 1, "tests_skipped": 0}}}))
+    (stages / "install.json").write_text(json.dumps({"imports": {"dali": {"ok": False, "error": "ImportError"}}}))
+    (stages / "wheels.json").write_text(json.dumps({"groups": {"dali": {"missing": ["dali.whl"]}}}))
+    info = {"device": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "cuda": "13.0", "torch": "2.11.0",
+            "cpu_cores": 16}
+    path = summary.write(stages, repo, info)
+    assert path == repo / "bench" / "results" / "gpu" / "h100" / "summary.json"
+    s = json.loads(path.read_text())
+    by_check = {t["check"].split(":")[0].split(" /")[0]: t for t in s["targets"]}
+    assert by_check["loader_img_s"]["passed"] is True and "why" not in by_check["loader_img_s"]
+    assert by_check["gpu_decode_img_s"]["measured"] == pytest.approx(1.2) and by_check["gpu_decode_img_s"]["passed"] is False
+    assert by_check["dali_mixed_img_s"]["passed"] is None and "no DALI" in by_check["dali_mixed_img_s"]["why"]
+    assert by_check["resnet50_real_over_synthetic"]["why"] == "input-bound: waited 9%"
+    assert s["tests"]["tests_passed"] == 420 and s["tests"]["tests_failed"] == 1
+    assert s["dali"]["installed"] is False and "dali.whl" in s["dali"]["reason"]
+    assert s["figures"]["prefetch_overlap"] == 0.97 and s["device"] == "NVIDIA H100 80GB HBM3"
+    assert s["benchmarks"]["loader_img_s"] == "bench/results/gpu/h100/loader_img_s.json"
+    assert (repo / s["benchmarks"]["resnet50"]).is_file()
