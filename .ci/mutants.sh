@@ -68,7 +68,7 @@ with open(path, "w") as f:
     cfg.write(f)
 EOF
   echo "== mutants: $area: mutating" $modules "with" $tests
-  (cd "$dir" && nice -n 10 "$MUTMUT" run --max-children "$JOBS" > run.log 2>&1) || {
+  (cd "$dir" && FEEDLINE_MUTATION=1 nice -n 10 "$MUTMUT" run --max-children "$JOBS" > run.log 2>&1) || {
     echo "mutants: mutmut failed for $area, see $dir/run.log" >&2; tail -20 "$dir/run.log" >&2; status=1; continue; }
   (cd "$dir" && "$MUTMUT" export-cicd-stats > /dev/null 2>&1 && "$MUTMUT" results > survivors.txt 2>&1) || true
   "$PY" - "$dir" "$area" <<'EOF'
