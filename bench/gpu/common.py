@@ -14,11 +14,10 @@ from typing import Callable, Iterator
 SMOKE = {"batch_size": 8, "batches": 2, "drain": 1, "repeats": 1, "warmup": 1, "threads": 2}
 
 
-def add_common(p: argparse.ArgumentParser, data: bool = True) -> None:
+def add_common(p: argparse.ArgumentParser) -> None:
     """--data/--folder (the photos), --out, --cpu-smoke, --threads, --repeats."""
-    if data:
-        p.add_argument("--data", required=True, help="packed .lmdb of the photos (bench/gpu/photos.py)")
-        p.add_argument("--folder", help="the same photos as an image folder (for the torchvision rows)")
+    p.add_argument("--data", required=True, help="packed .lmdb of the photos (bench/gpu/photos.py)")
+    p.add_argument("--folder", help="the same photos as an image folder (for the torchvision rows)")
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--threads", type=int, default=16, help="decode threads / DataLoader workers (default 16)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats, interleaved across rows (default 3)")

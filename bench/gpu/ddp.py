@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu-smoke", action="store_true", help="gloo on the CPU, a tiny model: proves the script works")
     p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # the part torchrun starts
     args = p.parse_args(argv)
+    common.positive(p, args, "threads", "batch_size")
     if args.cpu_smoke:
         args.threads, args.batch_size = 2, 8
     if args.probe:

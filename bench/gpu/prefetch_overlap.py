@@ -106,7 +106,8 @@ def run(args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    common.add_common(p, data=False)
+    p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--cpu-smoke", action="store_true", help="without a GPU: only write why nothing was measured")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--steps", type=int, default=50)

@@ -1,0 +1,97 @@
+"""The GPU benchmarks (bench/gpu/*.py) in their tiny --cpu-smoke mode: they import, parse
+their arguments, run their whole code path that has no CUDA in it, and write the JSON the
+GPU check's summary reads. Their figures here mean nothing and are not checked."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BAD = {"loader_img_s": ["--data", "x.lmdb", "--out", "x.json", "--threads", "0"],
+       "gpu_decode": ["--data", "x.lmdb", "--out", "x.json", "--batches", "0"],
+       "prefetch_overlap": ["--out", "x.json", "--batch", "0"],
+       "resnet50": ["--data", "x.lmdb", "--out", "x.json", "--epochs", "0"],
+       "ddp": ["--data", "x.lmdb", "--out", "x.json", "--batch-size", "0"],
+       "photos": ["--out", "x", "--n", "0"]}
+
+
+def run_script(name: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "bench" / "gpu" / f"{name}.py"), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_help_and_a_bad_argument(name):
+    assert run_script(name, "--help").returncode == 0
+    bad = run_script(name, *BAD[name])
+    assert bad.returncode == 2 and "must be at least 1" in bad.stderr, bad.stderr
+
+
+def test_loader_bench_smoke(packed_lmdb, photo_folder, tmp_path):
+    from bench.gpu import loader_img_s
+    out = tmp_path / "loader.json"
+    assert loader_img_s.main(["--data", str(packed_lmdb), "--folder", str(photo_folder), "--out", str(out),
+                              "--cpu-smoke"]) == 0
+    result = json.loads(out.read_text())
+    rows = {r["name"]: r for r in result["results"]}
+    assert rows["feedline"]["images_per_s"] > 0 and result["loader_img_s"] == rows["feedline"]["images_per_s"]
+    for name in ("torchvision", "torchvision-uint8"):   # measured where torchvision is, else why not
+        assert (rows[name]["images_per_s"] or 0) > 0 or "torchvision" in rows[name]["reason"]
+    assert 0 <= result["profile"]["decode_threads_busy"] <= 1.5 and result["diagnosis"]
+    assert result["targets"][0]["target"] == ">= 10000 img/s"
+
+
+def test_gpu_decode_bench_smoke(packed_lmdb, tmp_path):
+    from bench.gpu import gpu_decode
+    out = tmp_path / "decode.json"
+    assert gpu_decode.main(["--data", str(packed_lmdb), "--out", str(out), "--cpu-smoke"]) == 0
+    result = json.loads(out.read_text())
+    rows = {r["name"]: r for r in result["results"]}
+    assert rows["cpu-threads"]["images_per_s"] > 0
+    assert rows["gpu"]["reason"] == rows["dali"]["reason"] == "needs CUDA"
+    backends = {b["backend"]: b for b in result["backends"]}
+    assert backends["CPU_ONLY"]["images_per_s"] > 0 and backends["CPU_ONLY"]["failed"] == 0
+    assert backends["HW_GPU_ONLY"]["reason"] == "needs CUDA"
+
+
+def test_prefetch_bench_without_cuda_says_why(tmp_path):
+    from bench.gpu import prefetch_overlap
+    out = tmp_path / "prefetch.json"
+    assert prefetch_overlap.main(["--out", str(out), "--cpu-smoke"]) == 0
+    assert "needs a GPU" in json.loads(out.read_text())["skipped"]
+
+
+def test_resnet50_bench_smoke_runs_the_trainer_twice_over(packed_lmdb, tmp_path):
+    from bench.gpu import resnet50
+    out = tmp_path / "resnet50.json"
+    assert resnet50.main(["--data", str(packed_lmdb), "--out", str(out), "--cpu-smoke"]) == 0
+    result = json.loads(out.read_text())
+    assert result["returncode"] == 0 and result["real_images_per_s"] > 0 and result["synthetic_images_per_s"] > 0
+    assert "--synthetic-steps" in result["command"] and result["epochs"]
+
+
+def test_ddp_bench_smoke_under_torchrun(packed_lmdb, tmp_path):
+    from bench.gpu import ddp
+    out = tmp_path / "ddp.json"
+    assert ddp.main(["--data", str(packed_lmdb), "--out", str(out), "--cpu-smoke"]) == 0
+    result = json.loads(out.read_text())
+    assert result["probe"]["backend"] == "gloo" and result["probe"]["checkpoint_round_trip"]
+    assert result["trainer"]["checkpoints"] and result["trainer"]["checkpoint_step"] == 6
+    assert result["ddp_ok"] is True
+
+
+def test_photos_make_class_folders_and_a_packed_file(tmp_path):
+    from bench.gpu import photos
+    made = photos.prepare(tmp_path, n=23, workers=2)
+    folder = Path(made["folder"])
+    files = sorted(folder.glob("class_*/*.jpg"))
+    assert len(files) == 23 and len({f.parent.name for f in files}) == photos.CLASSES
+    assert all(f.read_bytes()[:2] == b"\xff\xd8" for f in files)
+    from feedline import open_dataset
+    with open_dataset(made["packed"]) as store:
+        assert len(store) == 23
+    assert photos.prepare(tmp_path, n=23)["folder"] == made["folder"]     # made once
