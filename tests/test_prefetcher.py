@@ -1,26 +1,56 @@
-"""The host finisher and the GPU prefetcher's conversion agree; the GPU tests run where CUDA is."""
+"""The CUDA prefetcher (feedline/sources/prefetcher.py): its conversion equals the host
+finisher's (here), and on a GPU each of its three synchronizations is needed.
+
+Each GPU test holds one stream back with a spin kernel (torch.cuda._sleep, tens of
+milliseconds) so that the hazard its synchronization guards against happens for sure
+when the synchronization is missing, not by luck of timing:
+
+- ``ready`` / wait_event: the side stream is held back; a consumer that did not wait
+  reads the batch's memory before the copy has written it.
+- record_stream: the consumer's stream is held back and the batch is dropped while the
+  consumer still has to read it; without record_stream the allocator gives that memory
+  to the next batch, which the idle side stream writes at once.
+- ``copied``: the side stream is held back; a pinned slot handed back to the decode
+  threads before its copy ran is refilled with a later batch, which the copy then sends.
+
+Each also runs against a prefetcher with that one synchronization taken out and checks
+that the scenario does catch it: the test proves its own sensitivity on the GPU.
+Every batch differs from its neighbours at every image position (real photos, rotated),
+and is checked image by image against values computed on the CPU.
+"""
+from __future__ import annotations
+
+import cv2
 import numpy as np
 import pytest
 import torch
 
 from feedline import FeedLoader
-from feedline.pipeline.plan import OutputSpec
-from feedline.pipeline.prefetcher import CpuFinisher, _normalizer, convert
+from feedline.config import OutputSpec
+from feedline.sources.host_finisher import HostFinisher
+from feedline.sources.prefetcher import CudaPrefetcher, Pending, _normalizer, convert
+
+BATCH, SIZE = 256, 224          # one training batch: 38.5 MB of uint8, 154 MB as float32 on the GPU
+HOLD_MS = 60                    # how long a held-back stream lags: far above any copy or kernel here
 
 
-def random_batch(n=4, h=20, w=24, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, 256, (n, h, w, 3), dtype=np.uint8)
+# -- on the host --------------------------------------------------------------------------
+def photo_batch(photo_folder, n=4, size=(20, 24)) -> np.ndarray:
+    """n real photos from the test folder, resized to ``size``: uint8 N x H x W x 3."""
+    paths = sorted(photo_folder.rglob("*.jpg"))[:n]
+    return np.stack([cv2.resize(cv2.imread(str(p))[:, :, ::-1], size[::-1], interpolation=cv2.INTER_AREA)
+                     for p in paths])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("channels_last", [True, False])
-def test_host_per_sample_conversion_equals_the_gpu_batch_conversion(dtype, channels_last):
+def test_host_per_sample_conversion_equals_the_gpu_batch_conversion(photo_folder, dtype, channels_last):
     """convert() is what the CUDA prefetcher runs on the device; run here on the host, it
-    must give what the decode threads' per-sample lookup table gives."""
-    batch = random_batch()
+    must give what the decode threads' per-sample lookup table gives, and both must be
+    (x / 255 - mean) / std written out by hand."""
+    batch = photo_batch(photo_folder)
     output = OutputSpec(dtype=dtype, channels_last=channels_last)
-    finisher = CpuFinisher(output, (20, 24))
+    finisher = HostFinisher(output, (20, 24))
     host = finisher.new_batch(len(batch))
     for j in range(len(batch)):
         finisher.convert_sample(batch[j], host, j)
@@ -37,10 +67,10 @@ def test_host_per_sample_conversion_equals_the_gpu_batch_conversion(dtype, chann
     assert torch.allclose(host.float(), reference, atol=tolerance, rtol=0)
 
 
-def test_uint8_output_is_a_copy_in_nchw_order():
-    batch = random_batch()
+def test_uint8_output_is_a_copy_in_nchw_order(photo_folder):
+    batch = photo_batch(photo_folder)
     output = OutputSpec(mean=None, std=None, dtype=torch.uint8)
-    finisher = CpuFinisher(output, (20, 24))
+    finisher = HostFinisher(output, (20, 24))
     host = finisher.new_batch(len(batch))
     for j in range(len(batch)):
         finisher.convert_sample(batch[j], host, j)
@@ -50,31 +80,184 @@ def test_uint8_output_is_a_copy_in_nchw_order():
     assert device_style.data_ptr() != torch.from_numpy(batch).data_ptr()
 
 
+# -- on a GPU -------------------------------------------------------------------------------
+_cycles_per_ms: list[float] = []
+
+
+def hold(ms: float, stream: torch.cuda.Stream | None = None) -> None:
+    """Queue a spin kernel of about ``ms`` milliseconds on ``stream`` (the current one)."""
+    if not _cycles_per_ms:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(10_000_000)
+        end.record()
+        end.synchronize()
+        _cycles_per_ms.append(10_000_000 / max(start.elapsed_time(end), 1e-3))
+    with torch.cuda.stream(stream or torch.cuda.current_stream()):
+        torch.cuda._sleep(int(ms * _cycles_per_ms[0]))
+
+
+@pytest.fixture(scope="module")
+def large_batches(photo_folder):
+    """Four pinned uint8 batches of 256 real photos at 224 x 224; batch k holds photo
+    (7k + j) % 48 at position j, so neighbouring batches differ at every position."""
+    photos = [cv2.resize(cv2.imread(str(p))[:, :, ::-1], (SIZE, SIZE), interpolation=cv2.INTER_LINEAR)
+              for p in sorted(photo_folder.rglob("*.jpg"))]
+    batches = []
+    for k in range(4):
+        images = np.stack([photos[(7 * k + j) % len(photos)] for j in range(BATCH)])
+        labels = torch.arange(BATCH, dtype=torch.int64) + 1000 * k
+        batches.append((torch.from_numpy(images).pin_memory(), labels.pin_memory()))
+    return batches
+
+
+def expected_sums(images: torch.Tensor, output: OutputSpec) -> torch.Tensor:
+    """Per-image sums of the converted batch, computed on the CPU."""
+    return convert(images, output, _normalizer(output, "cpu")).double().sum(dim=(1, 2, 3))
+
+
+def mismatches(got: list[tuple[torch.Tensor, torch.Tensor]], batches, output: OutputSpec) -> int:
+    """How many images (and label sums) differ from the CPU's values, over all batches."""
+    torch.cuda.synchronize()
+    bad = 0
+    for (sums, label_sum), (images, labels) in zip(got, batches, strict=True):
+        want = expected_sums(images, output)
+        bad += int((~torch.isclose(sums.cpu(), want, rtol=1e-6, atol=1e-2)).sum())
+        bad += int(label_sum.item() != int(labels.sum()))
+    return bad
+
+
+class NoWait(CudaPrefetcher):
+    """finish() without the consumer's wait on ``ready``."""
+
+    def finish(self, pending: Pending):
+        current = torch.cuda.current_stream(self.device)
+        pending.images.record_stream(current)
+        pending.labels.record_stream(current)
+        return pending.images, pending.labels
+
+
+class NoRecordStream(CudaPrefetcher):
+    """finish() without record_stream on the consumer's stream."""
+
+    def finish(self, pending: Pending):
+        torch.cuda.current_stream(self.device).wait_event(pending.ready)
+        return pending.images, pending.labels
+
+
+class ReleasesSlotsEarly(CudaPrefetcher):
+    """submit() whose ``copied`` event has already happened: the slot goes back to the
+    decode threads without waiting for its host-to-device copy."""
+
+    def submit(self, images, labels, slot):
+        pending = super().submit(images, labels, slot)
+        idle = torch.cuda.Stream(device=self.device)
+        pending.copied = torch.cuda.Event()
+        pending.copied.record(idle)  # nothing queued there: complete at once
+        return pending
+
+
+def read_while_side_stream_lags(prefetcher: CudaPrefetcher, batches) -> list:
+    """The side stream is held back before each copy; the consumer reads each batch as
+    soon as finish() hands it over."""
+    got = []
+    for images, labels in batches:
+        hold(HOLD_MS, prefetcher.stream)
+        out, out_labels = prefetcher.finish(prefetcher.submit(images, labels, 0))
+        got.append((out.double().sum(dim=(1, 2, 3)), out_labels.sum()))
+    return got
+
+
+def read_late_after_dropping(prefetcher: CudaPrefetcher, batches) -> list:
+    """The consumer's stream is held back, its reads of batch k are queued behind that,
+    and batch k is dropped before the next one is submitted on the idle side stream."""
+    got = []
+    for images, labels in batches:
+        out, out_labels = prefetcher.finish(prefetcher.submit(images, labels, 0))
+        hold(HOLD_MS)
+        got.append((out.double().sum(dim=(1, 2, 3)), out_labels.sum()))
+        del out, out_labels   # only the queued reads still need the memory
+    return got
+
+
+@pytest.mark.cuda
+def test_consumer_waits_for_the_copy_and_normalization(large_batches):
+    output = OutputSpec(device="cuda")
+    assert mismatches(read_while_side_stream_lags(CudaPrefetcher(output), large_batches),
+                      large_batches, output) == 0
+
+
+@pytest.mark.cuda
+def test_without_the_wait_the_consumer_reads_unwritten_memory(large_batches):
+    """The scenario above catches a missing wait_event."""
+    output = OutputSpec(device="cuda")
+    assert mismatches(read_while_side_stream_lags(NoWait(output), large_batches), large_batches, output) > 0
+
+
+@pytest.mark.cuda
+def test_a_dropped_batch_stays_intact_until_the_consumer_has_read_it(large_batches):
+    output = OutputSpec(device="cuda")
+    assert mismatches(read_late_after_dropping(CudaPrefetcher(output), large_batches),
+                      large_batches, output) == 0
+
+
+@pytest.mark.cuda
+def test_without_record_stream_the_next_batch_overwrites_a_dropped_one(large_batches):
+    """The scenario above catches a missing record_stream: the allocator hands the dropped
+    batch's memory to the next batch, written while the consumer's reads still wait."""
+    output = OutputSpec(device="cuda")
+    assert mismatches(read_late_after_dropping(NoRecordStream(output), large_batches),
+                      large_batches, output) > 0
+
+
+def loader_vs_cpu(packed_lmdb, prefetcher_cls=None) -> int:
+    """Batches through FeedLoader on CUDA with the side stream held back before every
+    batch and the consumer's stream busy, against the same batches on the CPU: how many
+    batches differ. Eight decode threads and a ring of three slots refill a released slot
+    at once."""
+    kwargs = dict(batch_size=8, shuffle=True, size=64, num_threads=8, seed=11, prefetch=1)
+    cpu = [x for x, _ in FeedLoader(str(packed_lmdb), device="cpu", **kwargs)]
+    loader = FeedLoader(str(packed_lmdb), device="cuda", **kwargs)
+    if prefetcher_cls is not None:
+        loader.source.finisher = prefetcher_cls(loader.config.output)
+    side = loader.source.finisher.stream
+    gpu, batches = [], iter(loader)
+    while True:
+        hold(HOLD_MS, side)           # every copy submitted in this next() starts late
+        try:
+            x, _ = next(batches)
+        except StopIteration:
+            break
+        hold(HOLD_MS / 4)             # a training step on the consumer's stream
+        gpu.append(x)                 # kept on the GPU: a copy to the host now would wait for it
+    torch.cuda.synchronize()
+    loader.close()
+    assert len(gpu) == len(cpu) == 6
+    return sum(not torch.allclose(a, b.cpu(), atol=1e-5) for a, b in zip(cpu, gpu, strict=True))
+
+
+@pytest.mark.cuda
+def test_slots_go_back_to_the_decode_threads_only_after_their_copy(packed_lmdb):
+    assert loader_vs_cpu(packed_lmdb) == 0
+
+
+@pytest.mark.cuda
+def test_without_the_copied_event_a_refilled_slot_corrupts_its_batch(packed_lmdb):
+    """The scenario above catches slots released before their copy."""
+    assert loader_vs_cpu(packed_lmdb, ReleasesSlotsEarly) > 0
+
+
 @pytest.mark.cuda
 def test_gpu_batches_equal_cpu_batches(packed_lmdb):
-    kwargs = dict(batch_size=8, shuffle=True, size=64, num_threads=2, decoder="turbojpeg", seed=4)
+    kwargs = dict(batch_size=8, shuffle=True, size=64, num_threads=2, seed=4)
     cpu = [(x, y) for x, y in FeedLoader(str(packed_lmdb), device="cpu", **kwargs)]
     gpu_loader = FeedLoader(str(packed_lmdb), device="cuda", **kwargs)
     gpu = [(x.cpu(), y.cpu()) for x, y in gpu_loader]
-    assert len(gpu) == len(cpu)
-    for (x, y), (gx, gy) in zip(cpu, gpu):
+    assert len(gpu) == len(cpu) == 6
+    for (x, y), (gx, gy) in zip(cpu, gpu, strict=True):
         assert torch.equal(y, gy)
         assert torch.allclose(x, gx, atol=1e-5)
     x, _ = next(iter(gpu_loader))
     assert x.is_cuda and x.is_contiguous(memory_format=torch.channels_last)
-    assert gpu_loader._ring.images.is_pinned()
+    assert gpu_loader.source.ring.images.is_pinned()
     gpu_loader.close()
-
-
-@pytest.mark.cuda
-def test_gpu_batches_survive_the_consumer_stream_reusing_memory(packed_lmdb):
-    """Batches made on the side stream stay intact while the consumer keeps allocating."""
-    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=64, num_threads=2, device="cuda",
-                        decoder="turbojpeg", prefetch=1)
-    kept = []
-    for x, y in loader:
-        kept.append((x.sum().item(), x))
-        torch.randn(4096, 4096, device="cuda").sum()  # churn the allocator on the consumer stream
-    torch.cuda.synchronize()
-    for total, x in kept:
-        assert x.sum().item() == pytest.approx(total, rel=1e-6)
