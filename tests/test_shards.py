@@ -261,6 +261,10 @@ def test_stores_with_different_classes_or_versions(tmp_path):
         feedline.open_dataset([a, h5])
     with feedline.open_dataset([a, write_lmdb(tmp_path / "a2.lmdb", records)]) as both:  # alike: one data set
         assert len(both) == 12 and [bytes(both.read(i)) for i in range(12)] == records.images * 2
+    records.pack_options = {"quality": 90, "check": "decode"}
+    checked = write_lmdb(tmp_path / "checked.lmdb", records)
+    with feedline.open_dataset([checked, a]) as mixed:  # only what every part shares holds for the set
+        assert mixed.meta["pack_options"] == {"quality": 90}
 
 
 def test_a_glob_matching_nothing_and_an_index_that_is_not_one(tmp_path):

@@ -46,7 +46,7 @@ class ShardedStore(Store):
         source = index or first.meta
         self.meta = {"format": first.meta.get("format"), "format_version": first.meta.get("format_version"),
                      "count": len(self.columns), "classes": self.classes,
-                     "pack_options": source.get("pack_options") or {}, "source": source.get("source"),
+                     "pack_options": _common_options(stores), "source": source.get("source"),
                      "created": first.meta.get("created"), "feedline_version": first.meta.get("feedline_version"),
                      "shards": [os.path.basename(f) for f in self.shard_files]}
 
@@ -243,6 +243,13 @@ def _join_columns(stores: list[Store]) -> Columns:
             c.checksums = joined.checksums[start:stop]
         start = stop
     return joined
+
+
+def _common_options(stores: list[Store]) -> dict:
+    """The pack options every shard shares (all of them, for shards of one pack): what
+    holds for the whole set, e.g. that every record was decode-checked."""
+    options = [s.meta.get("pack_options") or {} for s in stores]
+    return {k: v for k, v in options[0].items() if all(o.get(k, object()) == v for o in options[1:])}
 
 
 def _describe_list(paths: list[str]) -> str:
