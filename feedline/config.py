@@ -131,17 +131,5 @@ def distributed_position(rank, world_size) -> tuple[int, int]:
     return int(rank), int(world_size)
 
 
-def resolve_decoder_name(decoder, device: str) -> DecoderName:
-    """The decoder a loader on ``device`` uses for ``decoder=`` (a name; "auto" resolved)."""
-    name = DecoderName.parse(decoder, "decoder")
-    if name is DecoderName.GPU:
-        if not device.startswith("cuda"):
-            raise BackendUnavailable("decoder='gpu' decodes on a CUDA device; pass device='cuda' "
-                                     "(or pick a CPU decoder: decoder='auto')")
-        return name
-    from .decoders import resolve_decoder
-    return DecoderName(resolve_decoder(name.value, device))
-
-
 __all__ = ["LoaderConfig", "OutputSpec", "build_output", "choose_order", "choose_threads",
-           "distributed_position", "resolve_decoder_name", "usable_cores", "default_device", "IMAGENET_MEAN", "IMAGENET_STD"]
+           "distributed_position", "usable_cores", "default_device", "IMAGENET_MEAN", "IMAGENET_STD"]

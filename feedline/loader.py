@@ -18,11 +18,11 @@ import torch
 from .augment import AugmentSpec
 from .choices import Order
 from .config import (IMAGENET_MEAN, IMAGENET_STD, LoaderConfig, build_output, choose_order, choose_threads,
-                     distributed_position, resolve_decoder_name)
+                     distributed_position)
 from .decoders.base import Decoder
 from .order import batch_count
 from .plan import EpochPlan
-from .sources import make_source
+from .sources import make_source, resolve_decoder_name
 from .stats import LoaderStats
 from .stores import Store, open_dataset
 

@@ -78,6 +78,43 @@ def test_no_import_circles():
     assert circles({name: imported(name, path, known) for name, path in known.items()}) == []
 
 
+# The layers of the README's table, lowest first: a module may import its own layer and the
+# ones below, never one above. Shared definitions (errors, choices, config, plan, stats) sit
+# at the bottom with the formats.
+LAYERS = [
+    ("definitions", ["feedline.errors", "feedline.choices", "feedline.format", "feedline.durable",
+                     "feedline.augment", "feedline.order", "feedline.plan", "feedline.ledger",
+                     "feedline.stats", "feedline.config", "feedline.scan", "feedline.labels_csv",
+                     "feedline.sample"]),
+    ("stores and decoders", ["feedline.stores", "feedline.decoders"]),
+    ("converters and tools", ["converters", "feedline.verify", "feedline.describe"]),
+    ("sources", ["feedline.sources"]),
+    ("loader", ["feedline.loader"]),
+    ("trainer", ["feedline.train"]),
+    ("cli", ["feedline.cli", "feedline.__main__", "feedline.train.__main__"]),
+]
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of the longest prefix that names ``module`` or a package above it."""
+    matches = [(len(p), rank) for rank, (_, prefixes) in enumerate(LAYERS) for p in prefixes
+               if module == p or module.startswith(p + ".")]
+    return max(matches)[1] if matches else None
+
+
+def test_layers_import_only_downwards():
+    known = modules()
+    upward = []
+    for name, path in known.items():
+        mine = layer_of(name)
+        for target in imported(name, path, known):
+            theirs = layer_of(target)
+            if mine is not None and theirs is not None and theirs > mine:
+                upward.append(f"{name} ({LAYERS[mine][0]}) imports {target} ({LAYERS[theirs][0]})")
+    assert upward == []
+    assert [m for m in known if layer_of(m) is None] == ["feedline"]  # every module has a layer
+
+
 def test_the_checker_sees_a_circle(tmp_path):
     """The checker itself: two modules importing each other inside functions are found."""
     (tmp_path / "a.py").write_text("def f():\n    from b import g\n")

@@ -18,6 +18,7 @@ from typing import Iterator, Protocol
 import torch
 
 from ..choices import DecoderName
+from ..errors import BackendUnavailable
 from ..config import LoaderConfig
 from ..decoders.base import Decoder
 from ..plan import EpochPlan
@@ -51,6 +52,18 @@ def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> 
     return ThreadBatches(store, config, decoder or cpu_decoder(store, config.decoder))
 
 
+def resolve_decoder_name(decoder, device: str) -> DecoderName:
+    """The decoder a loader on ``device`` uses for ``decoder=`` (a name; "auto" resolved)."""
+    name = DecoderName.parse(decoder, "decoder")
+    if name is DecoderName.GPU:
+        if not device.startswith("cuda"):
+            raise BackendUnavailable("decoder='gpu' decodes on a CUDA device; pass device='cuda' "
+                                     "(or pick a CPU decoder: decoder='auto')")
+        return name
+    from ..decoders import resolve_decoder
+    return DecoderName(resolve_decoder(name.value, device))
+
+
 def decoded_at_pack(store) -> bool:
     """Whether every record was decoded cleanly when packed (``pack --check decode``) and is
     checked against its checksum on every read: its bytes are then known to decode."""
@@ -71,4 +84,4 @@ def cpu_decoder(store, name: DecoderName) -> Decoder:
     return get_decoder(name.value)
 
 
-__all__ = ["BatchSource", "make_source"]
+__all__ = ["BatchSource", "make_source", "resolve_decoder_name"]
