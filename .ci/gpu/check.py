@@ -46,7 +46,8 @@ BENCHES = {  # stage -> (script, JSON name, seconds allowed)
     "resnet50": ("resnet50.py", "resnet50.json", 300),
     "ddp": ("ddp.py", "ddp.json", 240),
 }
-IMPORTS = {"lmdb": "lmdb", "nvimgcodec": "nvidia.nvimgcodec", "dali": "nvidia.dali"}
+IMPORTS = {"lmdb": "lmdb", "nvimgcodec": "nvidia.nvimgcodec", "dali": "nvidia.dali", "turbojpeg": "turbojpeg"}
+LIB_DIR = "debs/usr/lib/x86_64-linux-gnu"   # where carried Debian packages' libraries land
 NO_CUDA = 3
 
 
@@ -67,6 +68,8 @@ class Check:
         shim.chmod(0o755)
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(self.site), str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+            LD_LIBRARY_PATH=os.pathsep.join(
+                [str(work / LIB_DIR)] + [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p]),
             PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1")
 
     # -- helpers ---------------------------------------------------------------------
@@ -114,7 +117,13 @@ class Check:
         return self.save("wheels", report | {"ok": not problems, "received_now": len(received), "problems": problems})
 
     def install(self, wheels: dict) -> dict:
-        ready = sorted(row["path"] for row in wheels.get("wheels", {}).values() if row.get("ok"))
+        ready = sorted(row["path"] for row in wheels.get("wheels", {}).values()
+                       if row.get("ok") and row["path"].endswith(".whl"))
+        for deb in sorted(row["path"] for row in wheels.get("wheels", {}).values()
+                          if row.get("ok") and row["path"].endswith(".deb")):
+            rc, out = self.sh(["dpkg-deb", "-x", deb, str(self.work / "debs")], 60)  # unpacked, not installed
+            if rc != 0:
+                print(f"check: cannot unpack {deb}: {out[-500:]}", flush=True)
         marker = self.site / ".installed.json"
         if ready and not (marker.is_file() and json.loads(marker.read_text()) == ready):
             fresh = self.work / "site.new"
@@ -129,6 +138,7 @@ class Check:
         code = ("import importlib, json; from importlib import metadata\nout = {}\n"
                 f"for key, module in {IMPORTS!r}.items():\n"
                 "    try:\n        m = importlib.import_module(module)\n"
+                "        if key == 'turbojpeg': m.TurboJPEG()  # finds and loads libturbojpeg\n"
                 "        out[key] = {'ok': True, 'version': getattr(m, '__version__', None)}\n"
                 "    except Exception as exc:\n        out[key] = {'ok': False, 'error': f'{type(exc).__name__}: {exc}'}\n"
                 "print(json.dumps(out))")

@@ -1,6 +1,6 @@
 """Carry wheels to the GPU machine, whose device calls take at most 64 MiB each.
 
-    here:  transport.py pack WHEELS_DIR... --out .whl/gpu        (make gpu-wheels)
+    here:  transport.py pack --group NAME DIR ... --out .whl/gpu  (make gpu-wheels)
     there: transport.py receive .whl/gpu/bundle-*  --store DIR   (.ci/gpu/receive.sh)
            transport.py assemble --store DIR --out WHEEL_DIR     (.ci/gpu/check.sh)
 
@@ -47,9 +47,12 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def project_of(wheel: str) -> str:
-    """The normalized project name of a wheel file name (PEP 427, PEP 503)."""
-    return wheel.split("-", 1)[0].lower().replace("_", "-").replace(".", "-")
+def project_of(file: str) -> str:
+    """The normalized project name of a wheel file name (PEP 427, PEP 503), or the package
+    name of a Debian package file (NAME_VERSION_ARCH.deb)."""
+    if file.endswith(".deb"):
+        return file.split("_", 1)[0]
+    return file.split("-", 1)[0].lower().replace("_", "-").replace(".", "-")
 
 
 # -- here: pack --------------------------------------------------------------------------
@@ -132,7 +135,8 @@ def pack(groups: dict[str, Path], out: Path, cache: Path, bundle_max: int, part_
     core first, the largest wheels last, so the first call brings what feedline needs."""
     entries = []
     for group, folder in groups.items():
-        for wheel in sorted(folder.glob("*.whl"), key=lambda p: (p.stat().st_size, p.name)):
+        files = [*folder.glob("*.whl"), *folder.glob("*.deb")]
+        for wheel in sorted(files, key=lambda p: (p.stat().st_size, p.name)):
             entries.append(travelling_form(wheel, cache, compress_above) | {"group": group})
     if not entries:
         raise SystemExit("transport: no wheels to pack")

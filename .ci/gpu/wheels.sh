@@ -25,8 +25,22 @@ for group in core dali; do
     -r ".ci/gpu/requirements-$group.txt"
 done
 
-"$py" .ci/gpu/closure.py --provided .ci/gpu/provided.txt --pyproject pyproject.toml --extras gpu,dali,test \
+# PyTurboJPEG 1.x has no wheel on the index: build its (pure-Python) one here.
+"$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$cache/download/core" "PyTurboJPEG>=1.7.5,<2"
+
+"$py" .ci/gpu/closure.py --provided .ci/gpu/provided.txt --pyproject pyproject.toml \
+  --extras gpu,dali,test,turbojpeg \
   --group core "$cache/download/core" --group dali "$cache/download/dali" --out "$cache/carry"
+# libturbojpeg for PyTurboJPEG: the GPU image has no libturbojpeg0. Only its library is used
+# there (unpacked with dpkg-deb, found through LD_LIBRARY_PATH); it needs nothing but libc.
+if (cd "$cache/carry/core" && apt-get download -q libturbojpeg0 >/dev/null 2>&1); then
+  for deb in "$cache"/carry/core/*%3a*.deb; do   # "1%3a2.1.5": the epoch; plain names travel safely
+    [ -e "$deb" ] && mv "$deb" "$(dirname "$deb")/$(basename "$deb" | sed 's/_[0-9]*%3a/_/')"
+  done
+else
+  echo "gpu-wheels: WARNING: apt-get download libturbojpeg0 failed (run apt-get update?);" \
+       "the turbojpeg tests will fail on the GPU machine" >&2
+fi
 
 # The working tree travels with every call: the bundles get what it leaves of the limit.
 tree_mib=$(git ls-files -z --cached --others --exclude-standard \
@@ -37,12 +51,14 @@ echo "gpu-wheels: working tree ${tree_mib%.*} MiB, so bundles of at most ${bundl
   --out "$out" --cache "$cache/xz" --bundle-mib "$bundle_mib" --part-mib 60
 
 n=$(ls -d "$out"/bundle-* | wc -l)
-echo "gpu-wheels: $n bundles in $out. On the GPU machine, one call per bundle, back to back"
-echo "  (a machine left idle for 30 s is given back, and what it received with it):"
+first="bash .ci/gpu/receive.sh && bash .ci/gpu/check.sh --only data,loader,prefetch,resnet50,ddp"
+last="bash .ci/gpu/receive.sh && bash .ci/gpu/check.sh --only tests,gpu_decode"
+echo "gpu-wheels: $n bundles in $out. The device calls, back to back (a machine idle for 30 s"
+echo "  is given back with everything it received; .ci/gpu/README.md says more):"
 for i in $(seq 1 "$n"); do
-  if [ "$i" -lt "$n" ]; then
-    echo "  call $i: carry [\"$out/bundle-$i\"]  command: bash .ci/gpu/receive.sh"
-  else
-    echo "  call $i: carry [\"$out/bundle-$i\"]  command: bash .ci/gpu/receive.sh && bash .ci/gpu/check.sh"
-  fi
+  if [ "$n" -eq 1 ]; then cmd="bash .ci/gpu/receive.sh && bash .ci/gpu/check.sh"
+  elif [ "$i" -eq 1 ]; then cmd="$first"
+  elif [ "$i" -eq "$n" ]; then cmd="$last"
+  else cmd="bash .ci/gpu/receive.sh"; fi
+  echo "  call $i: carry [\"$out/bundle-$i\"]  command: $cmd"
 done
