@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -219,8 +220,13 @@ def test_summary_targets_say_what_was_missed_and_why(tmp_path):
     (stages / "wheels.json").write_text(json.dumps({"groups": {"dali": {"missing": ["dali.whl"]}}}))
     info = {"device": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "cuda": "13.0", "torch": "2.11.0",
             "cpu_cores": 16}
-    path = summary.write(stages, repo, info)
+    out = tmp_path / "out"
+    out.mkdir()
+    path = summary.write(stages, repo, info, copy_to=str(out))
     assert path == repo / "bench" / "results" / "gpu" / "h100" / "summary.json"
+    assert (out / "summary.json").read_text() == path.read_text()
+    with tarfile.open(out / "gpu-results-h100.tar.gz") as tar:
+        assert "bench/results/gpu/h100/loader_img_s.json" in tar.getnames()
     s = json.loads(path.read_text())
     by_check = {t["check"].split(":")[0].split(" /")[0]: t for t in s["targets"]}
     assert by_check["loader_img_s"]["passed"] is True and "why" not in by_check["loader_img_s"]

@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                 check.save(f"bench-{stage}", {"ok": False, "reason": f"no data set: {data.get('reason')}"})
             print(f"check: {stage} done at {time.monotonic() - started:.0f} s", flush=True)
     finally:
-        path = summary.write(check.stages, REPO, info)
+        path = summary.write(check.stages, REPO, info, copy_to=os.environ.get("OUT"))  # $OUT: the device tool's
         print(f"check: wrote {path}", flush=True)
     return 0
 

@@ -6,7 +6,6 @@ $OUT (at most 8 files come back from a call: summary.json and one .tar.gz of the
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tarfile
@@ -142,14 +141,15 @@ def table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def write(stages: Path, repo: Path, info: dict) -> Path:
+def write(stages: Path, repo: Path, info: dict, copy_to: str | None = None) -> Path:
+    """Write summary.json and print its table; with ``copy_to`` (the device tool's $OUT,
+    whose files come back from the call) also a copy and a .tar.gz of the results folder."""
     summary, out_dir = compose(stages, repo, info)
     path = out_dir / "summary.json"
     path.write_text(json.dumps(summary, indent=1, default=str) + "\n")
     print(table(summary), flush=True)
-    out = os.environ.get("OUT")
-    if out and Path(out).is_dir():  # the device tool brings these back
-        shutil.copy2(path, Path(out) / "summary.json")
-        with tarfile.open(Path(out) / f"gpu-results-{summary['kind']}.tar.gz", "w:gz") as tar:
+    if copy_to and Path(copy_to).is_dir():
+        shutil.copy2(path, Path(copy_to) / "summary.json")
+        with tarfile.open(Path(copy_to) / f"gpu-results-{summary['kind']}.tar.gz", "w:gz") as tar:
             tar.add(out_dir, arcname=str(out_dir.relative_to(repo)))
     return path

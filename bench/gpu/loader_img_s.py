@@ -75,10 +75,11 @@ def check_batch(name: str, batch, args, device: str) -> None:
 
 def start(args, device: str) -> tuple[dict, dict, dict]:
     """name -> batch iterator, name -> loader (for stats and closing), name -> reason it did not start."""
-    makers = {"feedline": lambda: feedline_stream(args.data, args, device)}
-    if args.folder:
+    makers = {}
+    if args.folder:  # first: their workers fork before FeedLoader's threads exist
         makers["torchvision"] = lambda: torchvision_stream(args.folder, args, device, uint8=False)
         makers["torchvision-uint8"] = lambda: torchvision_stream(args.folder, args, device, uint8=True)
+    makers["feedline"] = lambda: feedline_stream(args.data, args, device)
     streams, loaders, reasons = {}, {}, {}
     for name, make in makers.items():
         try:
