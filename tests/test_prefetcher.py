@@ -27,6 +27,7 @@ import torch
 
 from feedline import FeedLoader
 from feedline.config import OutputSpec
+from feedline.decoders import resolve_decoder
 from feedline.sources.host_finisher import HostFinisher
 from feedline.sources.prefetcher import CudaPrefetcher, Pending, _normalizer, convert
 
@@ -210,12 +211,17 @@ def test_without_record_stream_the_next_batch_overwrites_a_dropped_one(large_bat
                       large_batches, output) > 0
 
 
+def cpu_decoder() -> str:
+    """The decode threads' default decoder; "auto" on CUDA would pick DALI where it is installed."""
+    return resolve_decoder("auto", "cpu")
+
+
 def loader_vs_cpu(packed_lmdb, prefetcher_cls=None) -> int:
     """Batches through FeedLoader on CUDA with the side stream held back before every
     batch and the consumer's stream busy, against the same batches on the CPU: how many
     batches differ. Eight decode threads and a ring of three slots refill a released slot
     at once."""
-    kwargs = dict(batch_size=8, shuffle=True, size=64, num_threads=8, seed=11, prefetch=1)
+    kwargs = dict(batch_size=8, shuffle=True, size=64, num_threads=8, seed=11, prefetch=1, decoder=cpu_decoder())
     cpu = [x for x, _ in FeedLoader(str(packed_lmdb), device="cpu", **kwargs)]
     loader = FeedLoader(str(packed_lmdb), device="cuda", **kwargs)
     if prefetcher_cls is not None:
@@ -249,7 +255,7 @@ def test_without_the_copied_event_a_refilled_slot_corrupts_its_batch(packed_lmdb
 
 @pytest.mark.cuda
 def test_gpu_batches_equal_cpu_batches(packed_lmdb):
-    kwargs = dict(batch_size=8, shuffle=True, size=64, num_threads=2, seed=4)
+    kwargs = dict(batch_size=8, shuffle=True, size=64, num_threads=2, seed=4, decoder=cpu_decoder())
     cpu = [(x, y) for x, y in FeedLoader(str(packed_lmdb), device="cpu", **kwargs)]
     gpu_loader = FeedLoader(str(packed_lmdb), device="cuda", **kwargs)
     gpu = [(x.cpu(), y.cpu()) for x, y in gpu_loader]

@@ -51,6 +51,13 @@ def device_for(args: argparse.Namespace) -> str:
     return "cuda"
 
 
+def cpu_decoder() -> str:
+    """The per-image decoder FeedLoader's threads use by default. Not "auto": on a CUDA
+    device "auto" means DALI whenever DALI is installed."""
+    from feedline.decoders import resolve_decoder
+    return resolve_decoder("auto", "cpu")
+
+
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         import torch

@@ -76,7 +76,8 @@ def trainer_check(args, work: Path) -> dict:
     run_dir = work / "train"
     tail = ["-m", "feedline.train", args.data, "--arch", "tiny" if args.cpu_smoke else "resnet18",
             "--batch-size", str(args.batch_size), "--epochs", "1", "--max-steps", "6", "--save-every", "3",
-            "--threads", str(args.threads), "--synthetic-steps", "0", "--out", str(run_dir), "--no-progress",
+            "--threads", str(args.threads), "--decoder", common.cpu_decoder(), "--synthetic-steps", "0",
+            "--out", str(run_dir), "--no-progress",
             "--size", "32" if args.cpu_smoke else "224", "--device", "cpu" if args.cpu_smoke else "cuda"]
     rc, output, seconds = run_torchrun(tail, args.timeout)
     result = {"returncode": rc, "seconds": seconds, "command": " ".join(TORCHRUN + tail)}

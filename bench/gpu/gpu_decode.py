@@ -28,7 +28,7 @@ from bench.gpu import common  # noqa: E402
 log = logging.getLogger(__name__)
 NAME = "gpu_decode"
 TARGET_X_CPU = 1.5
-LOADERS = {"cpu-threads": "auto", "gpu": "gpu", "dali": "dali"}
+LOADERS = {"cpu-threads": None, "gpu": "gpu", "dali": "dali"}   # None: the default CPU decoder
 BACKENDS = ("HW_GPU_ONLY", "GPU_ONLY", "HYBRID_CPU_GPU", "CPU_ONLY")
 
 
@@ -37,7 +37,8 @@ def loader_rows(args, device: str) -> tuple[dict, dict, dict]:
     from feedline import FeedLoader
     streams, loaders, reasons = {}, {}, {}
     for name, decoder in LOADERS.items():
-        if device == "cpu" and decoder != "auto":
+        decoder = decoder or common.cpu_decoder()
+        if device == "cpu" and name != "cpu-threads":
             reasons[name] = "needs CUDA"
             continue
         try:
@@ -106,7 +107,7 @@ def run(args) -> dict:
         stream.close()
         loaders[name].close()
     rates = {n: common.median(samples.get(n)) for n in LOADERS}
-    rows = [{"name": n, "decoder": LOADERS[n], "images_per_s": rates[n], "samples": samples.get(n),
+    rows = [{"name": n, "decoder": LOADERS[n] or common.cpu_decoder(), "images_per_s": rates[n], "samples": samples.get(n),
              "x_cpu_threads": ratio(rates[n], rates["cpu-threads"]), "source": described.get(n),
              "reason": reasons.get(n)} for n in LOADERS]
     backends = backend_rates(args, device)

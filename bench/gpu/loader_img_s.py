@@ -97,7 +97,8 @@ def start(args, device: str) -> tuple[dict, dict, dict]:
 
 def run(args) -> dict:
     device = common.device_for(args)
-    say(f"{NAME}: batch {args.batch_size}, {args.threads} threads/workers, device {device}, "
+    args.decoder = args.decoder or common.cpu_decoder()
+    say(f"{NAME}: decoder {args.decoder!r}, batch {args.batch_size}, {args.threads} threads/workers, device {device}, "
         f"{args.batches} timed batches x {args.repeats} repeats")
     streams, loaders, reasons = start(args, device)
     drain = args.drain if args.drain is not None else 2 * args.threads + 2
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=40, help="timed batches per measurement (default 40)")
     p.add_argument("--drain", type=int, help="untimed batches before each (default 2 x threads + 2)")
     p.add_argument("--warmup", type=int, default=4, help="batches consumed once after a loader starts")
-    p.add_argument("--decoder", default="auto", help="FeedLoader's decoder (default: auto)")
+    p.add_argument("--decoder", help="FeedLoader's decoder (default: the default CPU decoder, on the threads)")
     args = p.parse_args(argv)
     common.apply_smoke(args)
     common.positive(p, args, "batch_size", "batches", "threads", "repeats", "warmup")

@@ -39,9 +39,10 @@ def train_command(args, images: int, run_dir: Path) -> list[str]:
            str(args.batch_size), "--epochs", str(args.epochs), "--threads", str(args.threads),
            "--synthetic-steps", str(steps), "--out", str(run_dir), "--log-every", "10", "--no-progress",
            "--warmup-epochs", "0"]
+    cmd += ["--decoder", args.decoder]
     if args.cpu_smoke:
         return cmd + ["--size", "32", "--device", "cpu", "--amp", "off"]
-    return cmd + ["--amp", "bf16", "--channels-last", "--device", "cuda", "--decoder", args.decoder]
+    return cmd + ["--amp", "bf16", "--channels-last", "--device", "cuda"]
 
 
 def diagnose(share: float | None, epochs: list[dict]) -> str | None:
@@ -96,11 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=1,
                    help="epochs of real data (default 1: each epoch restarts the loader, a stall that "
                         "a 39-step epoch would weigh 100 times more than an ImageNet epoch does)")
-    p.add_argument("--decoder", default="auto")
+    p.add_argument("--decoder", help="the loader's decoder (default: the default CPU decoder on --threads "
+                                      "threads; 'auto' would mean DALI wherever DALI is installed)")
     p.add_argument("--timeout", type=float, default=400, help="seconds before the training run is stopped")
     args = p.parse_args(argv)
     if args.cpu_smoke:
         args.arch, args.batch_size, args.epochs, args.threads = "tiny", 8, 1, 2
+    args.decoder = args.decoder or common.cpu_decoder()
     common.positive(p, args, "batch_size", "epochs", "threads")
     if not args.cpu_smoke:
         common.device_for(args)
