@@ -87,8 +87,8 @@ def backend_rates(args, device: str) -> list[dict]:
                 if r:
                     seconds.append(time.perf_counter() - t0)
             failed = sum(image is None for image in images)
-            rows.append({"backend": kind, "images": count, "failed": failed,
-                         "images_per_s": count / common.median(seconds) if failed < count else None,
+            rows.append({"backend": kind, "images": count, "failed": failed,   # rate of the decoded ones
+                         "images_per_s": (count - failed) / common.median(seconds) if failed < count else None,
                          "reason": f"{failed} of {count} images not decoded by this backend" if failed else None})
         except Exception as exc:
             rows.append({"backend": kind, "reason": f"{type(exc).__name__}: {exc}"})
