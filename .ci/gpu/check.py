@@ -57,8 +57,9 @@ class NoCuda(Exception):
 
 
 class Check:
-    def __init__(self, work: Path, python: str, bundles: Path, deadline: float):
+    def __init__(self, work: Path, python: str, bundles: Path, deadline: float, photos: int = 10_000):
         self.work, self.python, self.bundles, self.deadline = work, python, bundles, deadline
+        self.photos = photos
         self.stages = work / "stages"
         self.stages.mkdir(parents=True, exist_ok=True)
         self.site = work / "site"
@@ -148,7 +149,8 @@ class Check:
                                      "site": str(self.site), "imports": imports})
 
     def cuda(self) -> dict:
-        code = ("import json, os, torch\nok = torch.cuda.is_available()\n"
+        code = ("import json, os, platform, torch\nok = torch.cuda.is_available()\n"
+                "cpu = next((l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name')), None)\n"
                 "p = torch.cuda.get_device_properties(0) if ok else None\n"
                 "tv = None\ntry:\n    import torchvision; tv = torchvision.__version__\nexcept Exception: pass\n"
                 "print(json.dumps({'available': ok, 'torch': torch.__version__, 'torchvision': tv,\n"
@@ -156,7 +158,7 @@ class Check:
                 "  'device': torch.cuda.get_device_name(0) if ok else None,\n"
                 "  'capability': list(torch.cuda.get_device_capability(0)) if ok else None,\n"
                 "  'memory_gib': round(p.total_memory / 2**30, 1) if ok else None,\n"
-                "  'cpu_cores': os.cpu_count()}))")
+                "  'cpu_cores': os.cpu_count(), 'cpu': cpu, 'python': platform.python_version()}))")
         info = self.probe_json(code)
         smi = shutil.which("nvidia-smi")
         if smi:
@@ -172,20 +174,22 @@ class Check:
         path = self.stages / "data.json"
         if path.is_file() and Path(json.loads(path.read_text()).get("packed", "/nonexistent")).exists():
             return json.loads(path.read_text())
-        rc, out = self.sh([self.python, "bench/gpu/photos.py", "--n", "10000", "--out", str(self.work / "data")], 400)
+        rc, out = self.sh([self.python, "bench/gpu/photos.py", "--n", str(self.photos), "--out",
+                           str(self.work / "data")], 400)
         if rc != 0:
             return self.save("data", {"ok": False, "reason": out[-2000:]})
         line = [x for x in out.splitlines() if x.startswith("{")][-1]   # its JSON line, whatever was logged
         return self.save("data", json.loads(line) | {"ok": True})
 
     def tests(self) -> dict:
-        runs = {}
+        t0, runs = time.monotonic(), {}
         for name, marker, seconds in (("suite_not_cuda", "not cuda", 300), ("cuda", "cuda", 300)):
             junit = self.stages / f"junit-{name}.xml"
             rc, out = self.sh([self.python, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", "-m", marker,
                                f"--junitxml={junit}"], seconds, log=self.stages / f"pytest-{name}.log")
             runs[name] = junit_counts(junit) | {"returncode": rc, "tail": out[-1500:]}
-        return self.save("tests", {"ok": all(r["returncode"] in (0, 5) for r in runs.values()), "runs": runs})
+        return self.save("tests", {"ok": all(r["returncode"] in (0, 5) for r in runs.values()), "runs": runs,
+                                   "seconds": round(time.monotonic() - t0, 1)})
 
     def bench(self, stage: str, data: dict) -> dict:
         script, out_name, seconds = BENCHES[stage]
@@ -218,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", help="comma-separated stages to run besides wheels, install, cuda and summary "
                                   f"(default: all of {', '.join(s for s in STAGES if s not in ALWAYS)})")
+    p.add_argument("--photos", type=int, default=10_000, help="images of the benchmarks' data set")
     p.add_argument("--budget-s", type=float, default=570.0,
                    help="stop starting stages after this many seconds (a device call allows 600)")
     a = p.parse_args(argv)
@@ -227,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown stage {sorted(unknown)[0]!r}; stages: {', '.join(STAGES)}")
     work = Path(os.environ.get("FEEDLINE_GPU_WORK", "/var/tmp/feedline-gpu"))
     bundles = Path(os.environ.get("GPU_WHEELS_OUT", REPO / ".whl" / "gpu"))
-    check = Check(work, sys.executable, bundles, time.monotonic() + a.budget_s)
+    check = Check(work, sys.executable, bundles, time.monotonic() + a.budget_s, a.photos)
     started = time.monotonic()
     wheels = check.wheels()
     print(f"check: wheels: {sum(r['ok'] for r in wheels.get('wheels', {}).values())} ready"

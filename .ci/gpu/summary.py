@@ -93,6 +93,7 @@ def compose(stages: Path, repo: Path, info: dict) -> tuple[dict, Path]:
         "device": info.get("device"), "driver": info.get("driver"), "cuda": info.get("cuda"),
         "torch": info.get("torch"), "torchvision": info.get("torchvision"), "cudnn": info.get("cudnn"),
         "capability": info.get("capability"), "memory_gib": info.get("memory_gib"), "cpu_cores": info.get("cpu_cores"),
+        "cpu": info.get("cpu"), "python": info.get("python"),
         "installed": install.get("imports"),
         "dali": {"installed": bool(dali.get("ok")), "version": dali.get("version"),
                  "reason": None if dali.get("ok") else (
