@@ -238,3 +238,6 @@ def test_summary_targets_say_what_was_missed_and_why(tmp_path):
     assert s["figures"]["prefetch_overlap"] == 0.97 and s["device"] == "NVIDIA H100 80GB HBM3"
     assert s["benchmarks"]["loader_img_s"] == "bench/results/gpu/h100/loader_img_s.json"
     assert (repo / s["benchmarks"]["resnet50"]).is_file()
+    table = summary.markdown(s)
+    assert "| resnet50_real_over_synthetic | 0.90 | >= 0.95 | **no** |" in table
+    assert "- resnet50_real_over_synthetic: input-bound: waited 9%" in table

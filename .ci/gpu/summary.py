@@ -2,12 +2,15 @@
 machine, the tests, every figure, each target met or not and why, and where the
 per-benchmark JSON files are. Also a table for people, and copies for the device tool's
 $OUT (at most 8 files come back from a call: summary.json and one .tar.gz of the folder).
+
+    python .ci/gpu/summary.py bench/results/gpu/h100/summary.json   # the README's table
 """
 from __future__ import annotations
 
 import json
 import re
 import shutil
+import sys
 import tarfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -154,3 +157,28 @@ def write(stages: Path, repo: Path, info: dict, copy_to: str | None = None) -> P
         with tarfile.open(Path(copy_to) / f"gpu-results-{summary['kind']}.tar.gz", "w:gz") as tar:
             tar.add(out_dir, arcname=str(out_dir.relative_to(repo)))
     return path
+
+
+def markdown(summary: dict) -> str:
+    """The README's "Measured on a GPU" table: each target, its figure and whether it was met."""
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
+        return "-" if value is None else str(value)
+    f = summary["figures"]
+    lines = [f"Measured on {summary['device']} ({summary['cpu_cores']} CPU cores, driver {summary['driver']}, "
+             f"CUDA {summary['cuda']}, torch {summary['torch']}), {summary['date'][:10]}:", "",
+             "| what | measured | target | met |", "| --- | --- | --- | --- |"]
+    for t in summary["targets"]:
+        met = {True: "yes", False: "**no**", None: "not measured"}[t["passed"]]
+        lines.append(f"| {t['check']} | {cell(t['measured'])} | {t['target']} | {met} |")
+    lines += ["", "| figure | value |", "| --- | --- |"]
+    lines += [f"| {k} | {cell(v)} |" for k, v in f.items() if not isinstance(v, (list, dict))]
+    missed = [t for t in summary["targets"] if t["passed"] is not True and t.get("why")]
+    if missed:
+        lines += ["", "What fell short:", ""] + [f"- {t['check']}: {t['why']}" for t in missed]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown(json.loads(Path(sys.argv[1]).read_text())))
