@@ -121,14 +121,17 @@ def nvimgcodec_decode(records, backend):
     from feedline.decoders.nvimgcodec_library import load_nvimgcodec
     nv = load_nvimgcodec()
     decoder = nv.Decoder(backends=[nv.Backend(getattr(nv, backend))])
-    stream = torch.cuda.current_stream()
+    # A stream of its own, not the legacy default stream, whose implicit synchronization
+    # with other streams could hide a decoder that does not order itself after queued work.
+    stream = torch.cuda.Stream()
     host = []
-    for start in range(0, len(records), BATCH):
-        hold(HOLD_MS)  # queued work on the stream the decoder is given
-        images = decoder.decode([nv.CodeStream(b) for b in records[start:start + BATCH]],
-                                cuda_stream=stream.cuda_stream)
-        host += [None if im is None else pinned_copy(torch.as_tensor(im, device="cuda")) for im in images]
-        del images      # the decoder's buffers are released while the copies still wait
+    with torch.cuda.stream(stream):
+        for start in range(0, len(records), BATCH):
+            hold(HOLD_MS)  # queued work on the stream the decoder is given
+            images = decoder.decode([nv.CodeStream(b) for b in records[start:start + BATCH]],
+                                    cuda_stream=stream.cuda_stream)
+            host += [None if im is None else pinned_copy(torch.as_tensor(im, device="cuda")) for im in images]
+            del images      # the decoder's buffers are released while the copies still wait
     torch.cuda.synchronize()
     return host
 
