@@ -217,3 +217,31 @@ def test_warmup_then_cosine():
     assert lr_at(20, 1.0, 4, 20) == pytest.approx(0.0)
     lrs = [lr_at(s, 1.0, 4, 20) for s in range(4, 20)]
     assert lrs == sorted(lrs, reverse=True)
+
+
+# -- bad records ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def folder_with_a_bad_jpeg(toy):
+    """The training images as a folder, one of them a JPEG header followed by junk."""
+    import shutil
+    root = toy["root"] / "with_bad"
+    shutil.copytree(toy["root"] / "train_src", root)
+    (root / "rocket" / "007.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg" * 10)
+    return root
+
+
+def test_a_bad_jpeg_is_substituted_by_default_and_reported(folder_with_a_bad_jpeg, tmp_path, capsys):
+    assert run([folder_with_a_bad_jpeg, *FAST, "--epochs", "2", "--synthetic-steps", "0", "--out", tmp_path]) == 0
+    assert "bad records: 2 (substituted" in capsys.readouterr().out  # once per epoch
+    assert [e["bad_records"] for e in events(tmp_path, "epoch")] == [1, 1]
+    listed = events(tmp_path, "bad_records")
+    assert [r["records"][0]["path"] for r in listed] == ["rocket/007.jpg"] * 2
+    assert all(r["records"][0]["substitute"] is not None for r in listed)
+    assert summary(tmp_path)["bad_records"] == 2
+
+
+def test_on_error_raise_stops_at_the_bad_jpeg(folder_with_a_bad_jpeg, tmp_path, capsys):
+    err = _one_line_error(capsys, [folder_with_a_bad_jpeg, *FAST, "--epochs", "1", "--synthetic-steps", "0",
+                                   "--on-error", "raise", "--out", tmp_path])
+    assert "rocket/007.jpg" in err and "pass --on-error substitute" in err

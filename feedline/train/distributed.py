@@ -101,6 +101,15 @@ def sum_over_ranks(values: list[float], info: DistInfo) -> list[float]:
     return t.tolist()
 
 
+def broadcast_buffers(model: torch.nn.Module, info: DistInfo) -> None:
+    """Rank 0's buffers (BatchNorm running statistics) on every rank. DDP copies them at the
+    start of each forward, so after the last training step each rank holds its own; this makes
+    every rank evaluate the model rank 0 saves."""
+    if info.distributed:
+        for buffer in model.buffers():
+            dist.broadcast(buffer, src=0)
+
+
 def gather_ints(values: list[int], info: DistInfo) -> list[list[int]]:
     """Every rank's ``values``, in rank order (a list with one entry in a single process)."""
     if not info.distributed:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .distributed import DistInfo, all_reduce_sum
+from .distributed import DistInfo, all_reduce_sum, broadcast_buffers
 from .step import Amp
 
 
@@ -19,7 +19,8 @@ def evaluate(model: nn.Module, loader, amp: Amp, device: torch.device, info: Dis
              num_classes: int) -> dict:
     """Loss, top-1 and top-5 accuracy over ``loader``, summed over ranks. Counts stay on the
     device until the end; ``inference_mode`` skips autograd's bookkeeping entirely.
-    Collective when distributed: every rank must call it."""
+    Collective when distributed: every rank must call it; all evaluate rank 0's model."""
+    broadcast_buffers(model, info)
     model.eval()
     k = min(5, num_classes)
     totals = torch.zeros(4, dtype=torch.float64, device=device)  # loss, top1, top5, samples

@@ -13,6 +13,7 @@ import os
 import torch
 from torch import nn
 
+from ..errors import FeedlineError
 from . import checkpoint, distributed, failures
 from .config import TrainConfig, TrainError
 from .data import Data, make_loader, open_data
@@ -54,6 +55,10 @@ class Trainer:
             return self._run()
         except failures.Terminated:
             raise failures.terminated(self.info, self._where(), *self._last_checkpoint()) from None
+        except FeedlineError as exc:  # e.g. a bad record under --on-error raise: say it in flags
+            if "on_error='substitute'" not in str(exc):
+                raise
+            raise TrainError(str(exc).replace("on_error='substitute'", "--on-error substitute")) from None
         except Exception as exc:
             if failures.is_peer_failure(exc, self.info):
                 raise failures.peer_lost(exc, self.info, self._where(), self.cfg.timeout,

@@ -1,0 +1,65 @@
+"""Two real processes under torchrun (gloo on the CPU): ranks stay in step and in sync, and
+validation counts every image of a set whose size is not a multiple of the ranks once."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_train_helpers import FAST, REPO, events, pack, subprocess_env, summary, torchrun, two_class_folder
+
+from feedline import FeedLoader
+from feedline.train import checkpoint
+from feedline.train.models import build_model
+
+pytestmark = pytest.mark.slow
+
+VAL_IMAGES = 31  # odd: two ranks cannot split it evenly
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp")
+    train = pack(two_class_folder(root / "train_src", 48, seed=1), root / "train.lmdb")
+    val_src = two_class_folder(root / "val_src", 16, seed=2)
+    os.remove(val_src / "rocket" / "015.jpg")
+    val = pack(val_src, root / "val.h5")
+    out = root / "run"
+    cmd = torchrun(train, "--val", val, *FAST, "--batch-size", "8", "--epochs", "1", "--accum-steps", "2",
+                   "--lr", "0.1", "--synthetic-steps", "2", "--out", out)
+    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"out": out, "val": str(val), "stdout": proc.stdout}
+
+
+def test_two_ranks_stay_in_step_and_in_sync(ddp_run):
+    s = summary(ddp_run["out"])
+    # 96 images, 48 per rank, 6 micro-batches of 8, 3 steps with accumulation over 2.
+    assert s["steps_per_rank"] == [3, 3]
+    assert s["ranks_in_sync"] is True
+    assert events(ddp_run["out"], "start")[0]["world_size"] == 2
+    assert ddp_run["stdout"].count("metrics:") == 1  # rank 0 speaks for the job
+
+
+def test_validation_counts_each_image_once_over_the_ranks(ddp_run):
+    """16 images on rank 0 and 15 on rank 1, not 16 + 16 with one counted twice; loss and
+    top-1 equal a one-process evaluation of the saved weights, done here by hand."""
+    final = summary(ddp_run["out"])["final"]
+    assert final["val_images"] == VAL_IMAGES
+    state = checkpoint.load(os.path.join(ddp_run["out"], "checkpoint.pt"))
+    model = build_model("tiny", num_classes=2)
+    model.load_state_dict(state["model"])
+    model.eval()
+    loss = hits = seen = 0.0
+    with FeedLoader(ddp_run["val"], batch_size=5, train=False, size=32, num_threads=1, device="cpu",
+                    rank=0, world_size=1) as loader, torch.no_grad():
+        for images, labels in loader:
+            logits = model(images)
+            loss += F.cross_entropy(logits, labels, reduction="sum").item()
+            hits += (logits.argmax(1) == labels).sum().item()
+            seen += len(labels)
+    assert seen == VAL_IMAGES
+    assert final["top1"] == pytest.approx(hits / seen)
+    assert final["val_loss"] == pytest.approx(loss / seen, rel=1e-4)
