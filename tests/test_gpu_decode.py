@@ -109,38 +109,44 @@ def differences(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
     return float(diff.mean()), max(float(band.mean()) for band in np.array_split(diff, 8, axis=0))
 
 
-def pinned_copy(x: torch.Tensor) -> torch.Tensor:
-    """A host copy queued on the current stream: it runs when the stream gets to it."""
-    host = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
-    host.copy_(x, non_blocking=True)
-    return host
+def pinned(shape, dtype, stride=None) -> torch.Tensor:
+    """Page-locked host memory, allocated before the loop: a page-locked allocation between
+    two GPU commands orders the streams, which would hide the hazards looked for here."""
+    if stride is None:
+        return torch.empty(shape, dtype=dtype, pin_memory=True)
+    return torch.empty_strided(shape, stride, dtype=dtype, pin_memory=True)
 
 
 # -- whole-image decode on the GPU vs PIL --------------------------------------------------
-def nvimgcodec_decode(records, backend):
+def nvimgcodec_decode(records, backend, shapes):
     from feedline.decoders.nvimgcodec_library import load_nvimgcodec
     nv = load_nvimgcodec()
+    host = [pinned(shape, torch.uint8) for shape in shapes]
+    decoded = [False] * len(records)
     decoder = nv.Decoder(backends=[nv.Backend(getattr(nv, backend))])
     # A stream of its own, not the legacy default stream, whose implicit synchronization
     # with other streams could hide a decoder that does not order itself after queued work.
     stream = torch.cuda.Stream()
-    host = []
     with torch.cuda.stream(stream):
         for start in range(0, len(records), BATCH):
             hold(HOLD_MS)  # queued work on the stream the decoder is given
             images = decoder.decode([nv.CodeStream(b) for b in records[start:start + BATCH]],
                                     cuda_stream=stream.cuda_stream)
-            host += [None if im is None else pinned_copy(torch.as_tensor(im, device="cuda")) for im in images]
+            for k, image in enumerate(images):
+                if image is not None:   # copied when the stream gets there, after the hold
+                    host[start + k].copy_(torch.as_tensor(image, device="cuda"), non_blocking=True)
+                    decoded[start + k] = True
             del images      # the decoder's buffers are released while the copies still wait
     torch.cuda.synchronize()
-    return host
+    return [h if ok else None for h, ok in zip(host, decoded)]
 
 
 @pytest.mark.parametrize("backend", ["HW_GPU_ONLY", "GPU_ONLY", "HYBRID_CPU_GPU"])
 def test_nvimgcodec_gpu_decode_equals_pil_batch_after_batch(records, backend):
     """nvJPEG on CUDA, the hybrid path and the hardware decoder, each alone. The hardware
     decoder declines what it cannot do (progressive JPEGs): those give None."""
-    host = nvimgcodec_decode(records, backend)
+    wanted = [pil_rgb(r) for r in records]
+    host = nvimgcodec_decode(records, backend, [w.shape for w in wanted])
     decoded = [(i, h) for i, h in enumerate(host) if h is not None]
     if backend == "HW_GPU_ONLY" and not decoded:
         pytest.skip(f"{torch.cuda.get_device_name()} has no hardware JPEG decoder")
@@ -150,8 +156,7 @@ def test_nvimgcodec_gpu_decode_equals_pil_batch_after_batch(records, backend):
         assert len(decoded) >= len(records) // 2     # every non-progressive photo, at least
     bad = []
     for i, h in decoded:
-        want = pil_rgb(records[i])
-        got = h.numpy()
+        want, got = wanted[i], h.numpy()
         assert got.shape == want.shape, f"record {i}"
         mean, band = differences(got, want)
         if mean > PIXEL_TOL or band > PIXEL_BAND_TOL:
@@ -195,11 +200,15 @@ def test_gpu_sources_match_pil_batch_after_batch_on_a_busy_stream(packed_photos,
     plans = list(EpochPlan(c.augment, c.seed, 0, c.order, c.batch_size, c.drop_last, c.rank, c.world_size,
                            c.even_shards).batches(loader.store.labels, loader.store.sizes))
     nbytes = BATCH * 3 * SIZE[0] * SIZE[1] * 4     # a float32 batch: what the source may allocate next
+    h, w = SIZE
+    image_bufs = [pinned((BATCH, 3, h, w), torch.float32, (3 * h * w, 1, 3 * w, 3)) for _ in plans]  # channels_last
+    label_bufs = [pinned((BATCH,), torch.int64) for _ in plans]
     got, victim_sums = [], []
     batches = iter(loader)
     while True:
+        # Filled, held, summed, all in the consumer stream's order, and freed before the next
+        # batch is asked for; no synchronization here, or the queued reads would be done already.
         victims = [torch.full((nbytes,), v, dtype=torch.uint8, device="cuda") for v in (1, 2, 3)]
-        torch.cuda.synchronize()
         hold(HOLD_MS)
         victim_sums.append(sum(v.sum(dtype=torch.float64) for v in victims))   # queued behind the hold
         del victims                                                            # freed while still to be read
@@ -208,7 +217,9 @@ def test_gpu_sources_match_pil_batch_after_batch_on_a_busy_stream(packed_photos,
         except StopIteration:
             break
         hold(HOLD_MS)
-        got.append((pinned_copy(images), pinned_copy(labels)))
+        n = len(got)
+        assert n < len(plans) and images.is_contiguous(memory_format=torch.channels_last)
+        got.append((image_bufs[n].copy_(images, non_blocking=True), label_bufs[n].copy_(labels, non_blocking=True)))
         del images, labels
     torch.cuda.synchronize()
     loader.close()
