@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .normalize import Record
+from .records import Record
 from .report import Skip, SkipReason
 
 

@@ -1,0 +1,37 @@
+"""What checking one input file gives: the Record to store, or the Conversion to run.
+
+Shared by the cheap header check (`normalize`) and the slow re-encode (`reencode`),
+so that neither imports the other's libraries: checking a JPEG stored as it is needs
+no Pillow, OpenCV or numpy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .options import PackOptions
+from .report import Skip, SkipReason
+
+
+@dataclass(frozen=True)
+class Record:
+    data: bytes
+    height: int                 # of the stored image
+    width: int
+    converted: str | None       # why it was re-encoded; None when stored byte for byte
+    source_bytes: int
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """A file that must be decoded and re-encoded: the slow case, run on the thread pool."""
+
+    rel: str
+    data: bytes
+    why: str
+    bits: int | None = None     # sample precision of a JPEG
+    exotic: bool = False        # a JPEG process decoders may lack (12-bit, lossless, arithmetic)
+
+
+def too_large(rel: str, width: int, height: int, options: PackOptions) -> Skip:
+    return Skip(rel, SkipReason.TOO_LARGE,
+                f"{width}x{height} = {width * height} pixels > max_pixels {options.max_pixels}")
