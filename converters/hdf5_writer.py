@@ -120,7 +120,7 @@ class Hdf5Writer(Writer):
             self._flushed = self._written
         self._written = written
 
-    def finish(self, columns: Columns, meta: dict, lengths: list[int]) -> None:
+    def finish(self, columns: dict[str, bytes], meta: dict, lengths: list[int]) -> None:
         self.close()
         total = int(sum(lengths))
         staged = os.path.getsize(self.staging_path) - self._base
@@ -130,7 +130,8 @@ class Hdf5Writer(Writer):
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         try:
-            data_offset = self._create_container(columns, meta, offsets)
+            data_offset = self._create_container(Columns.from_buffers(columns, len(lengths), self.partial_path),
+                                                 meta, offsets)
             if data_offset == self._base:
                 self._wrap_staged_bytes(total)
             else:

@@ -12,8 +12,8 @@ import os
 import lmdb
 
 from feedline.errors import PackError
-from feedline.format import (LMDB_COLUMN_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY,
-                             Columns, image_key, journal_key, meta_to_bytes)
+from feedline.format import (LMDB_COLUMN_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY, image_key, journal_key,
+                             meta_to_bytes)
 
 from .disk_space import write_failed
 from .journal import JournalEntry
@@ -88,15 +88,15 @@ class LmdbWriter(Writer):
             self._flushed = self._size
         self._size = size
 
-    def finish(self, columns: Columns, meta: dict, lengths: list[int]) -> None:
+    def finish(self, columns: dict[str, bytes], meta: dict, lengths: list[int]) -> None:
         def fill(txn: lmdb.Transaction) -> None:
-            for name, buf in columns.to_bytes().items():
+            for name, buf in columns.items():
                 txn.put(LMDB_COLUMN_PREFIX + name.encode(), buf)
             txn.put(LMDB_META_KEY, meta_to_bytes(meta))
             for key in list(_keys_with_prefix(txn, LMDB_JOURNAL_PREFIX)):
                 txn.delete(key)
 
-        self._write(fill, sum(len(b) for b in columns.to_bytes().values()))
+        self._write(fill, sum(len(b) for b in columns.values()))
         try:
             self._env.sync(True)
         except lmdb.Error as exc:

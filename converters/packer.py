@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from feedline import __version__
 from feedline.durable import fsync_folder
 from feedline.errors import DiskFullError, PackError
-from feedline.format import Columns, checksum, make_meta
+from feedline.format import checksum, column_bytes, make_meta
 from feedline.scan import ScanResult, scan_folder
 
 from .decode_check import DecodeCheck, DecodeChecker
@@ -121,7 +121,7 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
         meta = make_meta(count=len(tally.labels), classes=scan.classes, pack_options=wanted,
                          source=scan.root, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                          feedline_version=__version__, shard=shard)
-        columns = Columns.from_lists(tally.labels, tally.sizes, tally.paths, tally.checksums)
+        columns = column_bytes(tally.labels, tally.sizes, tally.paths, tally.checksums)
         writer.finish(columns, meta, tally.lengths)
         try:
             report_path = write_error_report(out, skipped)
@@ -241,11 +241,26 @@ def _rate(nbytes: int, started: float) -> str:
     return f"{nbytes / 2**20 / seconds:.1f} MiB/s"
 
 
+class _NoBar:
+    """What the packer calls on a progress bar, doing nothing: without a terminal to
+    show one, tqdm is not even imported."""
+
+    def update(self, n: int) -> None:
+        pass
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _progress_bar(options: PackOptions, total: int, initial: int):
+    if not (options.progress and sys.stderr.isatty()):
+        return _NoBar()
     from tqdm import tqdm
-    enabled = options.progress and sys.stderr.isatty()
     return tqdm(total=total, initial=initial, unit="file", desc="pack", file=sys.stderr,
-                disable=not enabled, dynamic_ncols=True, smoothing=0.1)
+                dynamic_ncols=True, smoothing=0.1)
 
 
 def _nothing_packed(scan: ScanResult, skipped: list[Skip]) -> str:

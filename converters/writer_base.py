@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 
-from feedline.format import Columns
-
 from .journal import JournalEntry
 
 PARTIAL_SUFFIX = ".partial"
@@ -46,8 +44,9 @@ class Writer(ABC):
         """Store ``images`` as records ``entry.first_record ...`` and ``entry``, atomically."""
 
     @abstractmethod
-    def finish(self, columns: Columns, meta: dict, lengths: list[int]) -> None:
-        """Write columns and metadata; a complete, synced file at ``partial_path``."""
+    def finish(self, columns: dict[str, bytes], meta: dict, lengths: list[int]) -> None:
+        """Write the columns (`feedline.format.column_bytes`) and metadata; a complete,
+        synced file at ``partial_path``."""
 
     @abstractmethod
     def close(self) -> None:
