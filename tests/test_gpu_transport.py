@@ -236,6 +236,8 @@ def test_summary_targets_say_what_was_missed_and_why(tmp_path):
     assert s["tests"]["tests_passed"] == 420 and s["tests"]["tests_failed"] == 1
     assert s["dali"]["installed"] is False and "dali.whl" in s["dali"]["reason"]
     assert s["figures"]["prefetch_overlap"] == 0.97 and s["device"] == "NVIDIA H100 80GB HBM3"
+    budget = s["profile"]["per_batch_of_256_ms"]
+    assert budget["loader"] == pytest.approx(256e3 / 12_500) and budget["resnet50_step"] == pytest.approx(256e3 / 3_000)
     assert s["benchmarks"]["loader_img_s"] == "bench/results/gpu/h100/loader_img_s.json"
     assert (repo / s["benchmarks"]["resnet50"]).is_file()
     table = summary.markdown(s)
