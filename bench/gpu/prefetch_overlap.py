@@ -4,8 +4,9 @@ feedline's CUDA prefetcher hides behind the training step.
     python bench/gpu/prefetch_overlap.py --out prefetch_overlap.json [--batch 256 --compute-ms 20]
 
 One pinned uint8 N x 224 x 224 x 3 batch (already decoded: decoding is not measured here)
-feeds a stand-in training step, matrix products sized to take about --compute-ms on the
-GPU. Per step, timed with CUDA events after a warm-up: compute alone; copy + normalize
+feeds bench/prefetch.py's stand-in training step, matrix products sized to take about
+--compute-ms on the GPU. (bench/prefetch.py measures the same; this one adds the copy's
+own time and bandwidth to the JSON the GPU check's summary reads.) Per step, timed with CUDA events after a warm-up: compute alone; copy + normalize
 alone; both on one stream (serial); and feedline's CudaPrefetcher (copy of batch k+1 on
 its side stream while step k runs). Hidden share = (serial - prefetched) / copy: 1.0 when
 the copy costs the step nothing, 0 when it is fully serialized.
@@ -21,27 +22,9 @@ if __package__ in (None, ""):  # `python bench/gpu/prefetch_overlap.py`: the rep
 
 from bench.common import format_table, say, write_results  # noqa: E402
 from bench.gpu import common  # noqa: E402
+from bench.prefetch import calibrate, per_step_ms, stand_in_step  # noqa: E402  (the step and its timer)
 
 NAME = "prefetch_overlap"
-
-
-def stand_in_step(weights, images, repeats: int):
-    x = weights
-    for _ in range(repeats):
-        x = (x @ weights).tanh_()
-    return x.sum() + images.float().mean()
-
-
-def per_step_ms(run, steps: int) -> float:
-    import torch
-    run(3)  # warm-up: allocator, cuBLAS handles
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    run(steps)
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / steps
 
 
 def run(args) -> dict:
@@ -61,8 +44,7 @@ def run(args) -> dict:
     labels = torch.zeros(args.batch, dtype=torch.int64).pin_memory()
     weights = torch.randn(2048, 2048, device=device, generator=torch.Generator(device).manual_seed(0)) / 64
     norm = _normalizer(output, device)
-    one = per_step_ms(lambda n: [stand_in_step(weights, pinned[:1].to(device), 1) for _ in range(n)], 10)
-    repeats = max(1, round(args.compute_ms / max(one, 1e-3)))
+    repeats = calibrate(weights, pinned[:1].to(device), args.compute_ms)
     prefetcher = CudaPrefetcher(output)
 
     def compute_only(n):
