@@ -12,6 +12,7 @@ from ..decoders.base import Decoder
 from ..plan import EpochPlan
 from ..stats import LoaderStats
 from .decode_queue import DecodeQueue
+from .readahead import read_ahead
 from .ring import BatchRing
 
 
@@ -39,12 +40,14 @@ class ThreadBatches:
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         c, store = self.config, self.store
-        queue = DecodeQueue(store, self.decoder, self.ring, epoch.batches(store.labels, store.sizes, start),
-                            epoch, c.num_threads, c.on_error, stats, converter=self.finisher.sample_converter)
-        try:
-            yield from self.finisher.deliver(queue, self.ring, stats)
-        finally:
-            queue.close()  # stops and joins the threads, also on break or error
+        with read_ahead(store, epoch, start) as ahead:  # store hints for the runs read next: speed, never data
+            plans = ahead.follow(epoch.batches(store.labels, store.sizes, start))
+            queue = DecodeQueue(store, self.decoder, self.ring, plans, epoch, c.num_threads, c.on_error, stats,
+                                converter=self.finisher.sample_converter)
+            try:
+                yield from self.finisher.deliver(queue, self.ring, stats)
+            finally:
+                queue.close()  # stops and joins the threads, also on break or error
 
     def close(self) -> None:
         """Nothing outlives a run but the ring, which is freed with this object."""

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import ChecksumError, StoreError
 from ..format import Columns, checksum
+from .advice import will_need
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,22 @@ class Store(ABC):
         """The encoded size in bytes of every record (int64), without decoding anything."""
         return np.fromiter((len(memoryview(self.read(i))) for i in range(len(self))),
                            dtype=np.int64, count=len(self))
+
+    def byte_ranges(self, first: int, stop: int) -> list[tuple[str, int, int]]:
+        """Where the encoded bytes of records ``first .. stop - 1`` lie: (file, offset,
+        length) runs in file order, near neighbours joined. Empty when the store cannot say."""
+        self._check_span(first, stop)
+        return []
+
+    def will_need(self, first: int, stop: int) -> int:
+        """Advise the kernel to read records ``first .. stop - 1`` into the page cache now, in
+        large requests, without waiting (posix_fadvise WILLNEED); returns the bytes advised.
+        A hint: it changes how fast later reads are, never what they return."""
+        return will_need(self.byte_ranges(first, stop))
+
+    def _check_span(self, first: int, stop: int) -> None:
+        if not 0 <= first <= stop <= len(self):
+            raise IndexError(f"{self.filename}: records {first}..{stop - 1} are not within 0..{len(self) - 1}")
 
     def files(self) -> list[str]:
         """The data files read: one for a packed file, the shards of a sharded set."""

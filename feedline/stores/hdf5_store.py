@@ -98,5 +98,10 @@ class Hdf5Store(Store):
     def byte_lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
+    def byte_ranges(self, first: int, stop: int) -> list[tuple[str, int, int]]:
+        self._check_span(first, stop)
+        start, end = int(self.offsets[first]), int(self.offsets[stop])
+        return [(self.filename, self._data_offset + start, end - start)] if end > start else []
+
     def close(self) -> None:
         self._map = None

@@ -10,6 +10,7 @@ import numpy as np
 from ..errors import StoreError
 from ..format import (CHECKSUMS, COLUMN_NAMES, LMDB_COLUMN_PREFIX, LMDB_IMAGE_PREFIX, LMDB_JOURNAL_PREFIX,
                       LMDB_META_KEY, has_checksums, image_key, parse_meta)
+from .advice import Mapping, merged_ranges
 from .base import Store, load_columns
 
 _lock = threading.Lock()        # guards _shared and every _SharedEnv; replaced in a forked child
@@ -37,6 +38,7 @@ class _SharedEnv:
         self.users = 0
         self.env: lmdb.Environment | None = None
         self.pid: int | None = None   # the process that opened env
+        self.mapping: Mapping | None = None   # where env maps the file, once a hint asked
 
 
 def _open_environment(filename: str) -> lmdb.Environment:
@@ -122,6 +124,7 @@ class LmdbStore(Store):
                     self._release(share)
                     raise
                 share.pid = _pid
+                share.mapping = None
             return share.env
 
     def _txn(self) -> lmdb.Transaction:
@@ -153,6 +156,15 @@ class LmdbStore(Store):
                 txn.abort()
             except lmdb.Error:
                 pass
+
+    def byte_ranges(self, first: int, stop: int) -> list[tuple[str, int, int]]:
+        self._check_span(first, stop)
+        txn = self._txn()
+        try:
+            return _value_ranges(txn, self._env_share, self.filename, first, stop)
+        except lmdb.Error:
+            self._drop_txn()  # a damaged file: the read of the record will say so
+            return []
 
     def byte_lengths(self) -> np.ndarray:
         # A lookup touches only B-tree pages: a value's length is in its leaf node.
@@ -189,6 +201,30 @@ class LmdbStore(Store):
             share.env.close()
             share.env = None
         share.pid = None
+
+
+def _value_ranges(txn: lmdb.Transaction, share: _SharedEnv, filename: str,
+                  first: int, stop: int) -> list[tuple[str, int, int]]:
+    """The file ranges of records ``first .. stop - 1``: each value's address in the memory
+    map (a zero-copy read) less where the map starts. Values are written in key order, so
+    neighbours lie close, with B-tree pages between."""
+    addresses = np.zeros(stop - first, dtype=np.int64)
+    lengths = np.zeros(stop - first, dtype=np.int64)
+    for k in range(stop - first):
+        value = txn.get(image_key(first + k))
+        if value is not None and len(value):
+            addresses[k] = np.frombuffer(value, dtype=np.uint8).ctypes.data
+            lengths[k] = len(value)
+    found = lengths > 0
+    addresses, lengths = addresses[found], lengths[found]
+    if not len(addresses):
+        return []
+    mapping = share.mapping
+    if mapping is None or not mapping.holds(addresses):
+        mapping = share.mapping = Mapping.find(filename, int(addresses[0]))
+        if mapping is None or not mapping.holds(addresses):
+            return []
+    return merged_ranges(filename, mapping.file_offsets(addresses), lengths)
 
 
 def _key_problems(txn: lmdb.Transaction, n: int) -> list[str]:

@@ -124,6 +124,15 @@ class ShardedStore(Store):
         return ChecksumError(f"{self.filename}: record {index}, in shard {error}", store.filename, index,
                              error.path)
 
+    def byte_ranges(self, first: int, stop: int) -> list[tuple[str, int, int]]:
+        self._check_span(first, stop)
+        ranges = []
+        for store, start in zip(self._stores, self._starts):
+            lo, hi = max(first, start), min(stop, start + len(store))
+            if lo < hi:
+                ranges += store.byte_ranges(lo - start, hi - start)
+        return ranges
+
     def byte_lengths(self) -> np.ndarray:
         return np.concatenate([s.byte_lengths() for s in self._stores]) if self._stores else np.zeros(0, np.int64)
 
