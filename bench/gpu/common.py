@@ -77,13 +77,22 @@ def measure(batches: Iterator, count: int, drain: int, device: str, images_per_b
     return count * images_per_batch / (time.perf_counter() - t0)
 
 
-def interleaved(names: list[str], repeats: int, run: Callable[[str], float], say=print) -> dict[str, list[float]]:
-    """Repeats in a rotating order, so that load hitting one round hits every row."""
+def interleaved(names: list[str], repeats: int, run: Callable[[str], float], failed: dict[str, str],
+                say=print) -> dict[str, list[float]]:
+    """Repeats in a rotating order, so that load hitting one round hits every row. A row
+    that raises (a DataLoader worker killed, say) is dropped, its error put in ``failed``."""
     samples: dict[str, list[float]] = {n: [] for n in names}
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            samples[name].append(run(name))
-        say(f"  repeat {r + 1}/{repeats}: " + ", ".join(f"{n} {samples[n][-1]:,.0f}/s" for n in names))
+            if name in failed:
+                continue
+            try:
+                samples[name].append(run(name))
+            except Exception as exc:
+                failed[name] = f"failed while measured: {type(exc).__name__}: {exc}"
+                samples[name] = []
+        say(f"  repeat {r + 1}/{repeats}: " + ", ".join(
+            f"{n} {samples[n][-1]:,.0f}/s" if samples[n] else f"{n} failed" for n in names))
     return samples
 
 

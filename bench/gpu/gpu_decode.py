@@ -101,7 +101,7 @@ def run(args) -> dict:
     streams, loaders, reasons = loader_rows(args, device)
     drain = args.drain if args.drain is not None else args.threads + 2
     samples = common.interleaved(list(streams), args.repeats, lambda n: common.measure(
-        streams[n], args.batches, drain, device, args.batch_size), say)
+        streams[n], args.batches, drain, device, args.batch_size), reasons, say)
     described = {name: repr(loader.source) for name, loader in loaders.items()}
     for name, stream in streams.items():
         stream.close()

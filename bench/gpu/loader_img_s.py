@@ -103,15 +103,16 @@ def run(args) -> dict:
     streams, loaders, reasons = start(args, device)
     drain = args.drain if args.drain is not None else 2 * args.threads + 2
     samples = common.interleaved(list(streams), args.repeats, lambda n: common.measure(
-        streams[n], args.batches, drain, device, args.batch_size), say)
+        streams[n], args.batches, drain, device, args.batch_size), reasons, say)
     for stream in streams.values():
         stream.close()
     profile, diagnosis = None, None
-    if "feedline" in loaders:  # alone, in an epoch of its own: where its time goes
+    if "feedline" in loaders and "feedline" not in reasons:  # alone, in an epoch of its own: where time goes
         per_epoch = len(loaders["feedline"])
         profile = common.profiled_run(loaders["feedline"], max(1, min(args.batches, per_epoch - 2)),
                                       min(2, per_epoch - 1), device, args.threads)
         diagnosis = common.diagnose(profile, args.threads)
+    if "feedline" in loaders:
         loaders["feedline"].close()
     rows = [{"name": n, "images_per_s": common.median(samples.get(n)), "samples": samples.get(n),
              "reason": reasons.get(n)} for n in ["feedline", "torchvision", "torchvision-uint8"]
