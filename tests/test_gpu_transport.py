@@ -1,6 +1,7 @@
 """The GPU check's parts that run without a GPU: carrying wheels in bundles (.ci/gpu/
-transport.py), choosing them (closure.py), the check up to its CUDA stage (check.sh), and
-the summary's targets (summary.py). Tiny real wheels made here; no network."""
+bundle.py here, transport.py there), choosing them (closure.py), the check up to its CUDA
+stage (check.sh), and the summary's targets (summary.py). Tiny real wheels made here; no
+network."""
 from __future__ import annotations
 
 import base64
@@ -18,6 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 GPU_CI = REPO / ".ci" / "gpu"
 sys.path.insert(0, str(GPU_CI))
+import bundle  # noqa: E402
 import closure  # noqa: E402
 import summary  # noqa: E402
 import transport  # noqa: E402
@@ -62,7 +64,7 @@ def wheels(tmp_path):
 
 
 def pack_small(wheels, tmp_path, bundle_kib=24, part_kib=16):
-    return transport.pack(wheels["groups"], tmp_path / "bundles", tmp_path / "cache", bundle_kib * KIB,
+    return bundle.pack(wheels["groups"], tmp_path / "bundles", tmp_path / "cache", bundle_kib * KIB,
                           part_kib * KIB, compress_above=8 * KIB)
 
 
@@ -128,7 +130,7 @@ def test_a_store_of_another_pack_is_emptied(wheels, tmp_path):
     transport.receive([tmp_path / "bundles" / manifest["bundles"][0]], store)
     (store / "stale.part00").write_bytes(b"old")
     other = make_wheel(tmp_path / "other", "other-lib", "1.0", {"other_lib/__init__.py": b"X = 1\n"})
-    again = transport.pack({"core": other.parent}, tmp_path / "b2", tmp_path / "cache", 24 * KIB, 16 * KIB)
+    again = bundle.pack({"core": other.parent}, tmp_path / "b2", tmp_path / "cache", 24 * KIB, 16 * KIB)
     transport.receive([tmp_path / "b2" / again["bundles"][0]], store)
     assert not (store / "stale.part00").exists()
     assert transport.read_manifest(store)["pack_id"] == again["pack_id"] != manifest["pack_id"]

@@ -47,7 +47,7 @@ tree_mib=$(git ls-files -z --cached --others --exclude-standard \
   | "$py" -c 'import os,sys; print(sum(os.path.getsize(p) for p in sys.stdin.read().split("\0") if os.path.isfile(p)) / 2**20)')
 bundle_mib=$("$py" -c "print(min(60.0, $limit_mib - $margin_mib - $tree_mib))")
 echo "gpu-wheels: working tree ${tree_mib%.*} MiB, so bundles of at most ${bundle_mib%.*} MiB"
-"$py" .ci/gpu/transport.py pack --group core "$cache/carry/core" --group dali "$cache/carry/dali" \
+"$py" .ci/gpu/bundle.py --group core "$cache/carry/core" --group dali "$cache/carry/dali" \
   --out "$out" --cache "$cache/xz" --bundle-mib "$bundle_mib" --part-mib 60
 
 n=$(ls -d "$out"/bundle-* | wc -l)
