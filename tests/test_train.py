@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from test_train_helpers import FAST, REPO, events, pack, run, summary, two_class_folder
+from test_train_helpers import FAST, REPO, events, one_line_error, pack, run, summary, two_class_folder
 
 from feedline.train import TrainError, checkpoint
 from feedline.train.models import build_model
@@ -149,26 +149,19 @@ def test_resume_refuses_other_options(toy, tmp_path, capsys):
 
 # -- bad input -----------------------------------------------------------------------------
 
-def _one_line_error(capsys, argv) -> str:
-    rc = run(argv)
-    err = capsys.readouterr().err
-    assert rc == 2, err
-    assert err.count("\n") == 1 and err.startswith("feedline train: error: "), err
-    return err
-
 
 def test_missing_data_file(capsys, tmp_path):
-    err = _one_line_error(capsys, [tmp_path / "nope.lmdb", "--out", tmp_path])
+    err = one_line_error(capsys, [tmp_path / "nope.lmdb", "--out", tmp_path])
     assert "no such file" in err and "feedline pack" in err
 
 
 def test_unknown_architecture(toy, capsys, tmp_path):
-    err = _one_line_error(capsys, [toy["train"], "--arch", "vgg16", "--out", tmp_path])
+    err = one_line_error(capsys, [toy["train"], "--arch", "vgg16", "--out", tmp_path])
     assert "vgg16" in err and "'resnet18', 'resnet50', 'tiny'" in err
 
 
 def test_batch_larger_than_the_data_set(toy, capsys, tmp_path):
-    err = _one_line_error(capsys, [toy["train"], *FAST, "--batch-size", "512", "--out", tmp_path])
+    err = one_line_error(capsys, [toy["train"], *FAST, "--batch-size", "512", "--out", tmp_path])
     assert "--batch-size 96 or less" in err
 
 
@@ -177,7 +170,7 @@ def test_val_without_labels(toy, capsys, tmp_path):
     flat.mkdir()
     for f in (toy["root"] / "val_src" / "grass").iterdir():
         (flat / f.name).write_bytes(f.read_bytes())
-    err = _one_line_error(capsys, [toy["train"], "--val", flat, *FAST, "--out", tmp_path])
+    err = one_line_error(capsys, [toy["train"], "--val", flat, *FAST, "--out", tmp_path])
     assert "has no labels" in err
 
 
@@ -242,6 +235,6 @@ def test_a_bad_jpeg_is_substituted_by_default_and_reported(folder_with_a_bad_jpe
 
 
 def test_on_error_raise_stops_at_the_bad_jpeg(folder_with_a_bad_jpeg, tmp_path, capsys):
-    err = _one_line_error(capsys, [folder_with_a_bad_jpeg, *FAST, "--epochs", "1", "--synthetic-steps", "0",
+    err = one_line_error(capsys, [folder_with_a_bad_jpeg, *FAST, "--epochs", "1", "--synthetic-steps", "0",
                                    "--on-error", "raise", "--out", tmp_path])
     assert "rocket/007.jpg" in err and "pass --on-error substitute" in err

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from test_train_helpers import FAST, REPO, events, pack, run, two_class_folder
+from test_train_helpers import FAST, REPO, events, one_line_error, pack, run, two_class_folder
 
 from feedline.train import TrainError, checkpoint
 
@@ -23,13 +23,6 @@ def _state(step: int, w: torch.Tensor, **extra) -> dict:
     return {"format": checkpoint.CHECKPOINT_FORMAT, "version": checkpoint.CHECKPOINT_VERSION,
             "model": {"w": w}, "step": step, **extra}
 
-
-def _one_line_error(capsys, argv) -> str:
-    rc = run(argv)
-    err = capsys.readouterr().err
-    assert rc == 2, err
-    assert err.count("\n") == 1 and err.startswith("feedline train: error: "), err
-    return err
 
 
 # -- a write that fails, a process that dies -----------------------------------------------
@@ -74,7 +67,7 @@ def test_process_killed_while_saving_leaves_the_previous_checkpoint(tmp_path):
 
 def test_damaged_checkpoint_is_a_one_line_error(data, tmp_path, capsys):
     (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
-    err = _one_line_error(capsys, [data, *FAST, "--out", tmp_path, "--resume"])
+    err = one_line_error(capsys, [data, *FAST, "--out", tmp_path, "--resume"])
     assert "not a readable checkpoint" in err
 
 
@@ -84,7 +77,7 @@ def test_unknown_checkpoint_version_names_both(data, tmp_path, capsys):
     state = torch.load(path, weights_only=True)
     state["version"] = checkpoint.CHECKPOINT_VERSION + 1
     torch.save(state, path)
-    err = _one_line_error(capsys, [data, *FAST, "--epochs", "2", "--out", tmp_path, "--resume"])
+    err = one_line_error(capsys, [data, *FAST, "--epochs", "2", "--out", tmp_path, "--resume"])
     assert f"version {checkpoint.CHECKPOINT_VERSION + 1}" in err
     assert f"reads version {checkpoint.CHECKPOINT_VERSION}" in err and "newer feedline" in err
     with pytest.raises(TrainError, match="version 0"):
@@ -147,7 +140,7 @@ def test_training_on_a_full_disk_stops_cleanly_and_resumes_exactly(data, small_d
     the weights of a run that never stopped."""
     common = [data, *FAST, "--epochs", "1", "--synthetic-steps", "0", "--save-every", "1"]
     out = small_disk.path / "run"
-    err = _one_line_error(capsys, [*common, "--out", out])
+    err = one_line_error(capsys, [*common, "--out", out])
     assert f"disk full: saving the checkpoint {out / 'checkpoint.pt'} needs about" in err
     assert "is intact" in err and "--resume" in err
     kept = checkpoint.load(str(out / "checkpoint.pt"))

@@ -8,10 +8,14 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import socket
+import subprocess
 import sys
+import time
 
 import cv2
+import pytest
 
 from feedline.cli.train import main as train_main
 from feedline.sample import make_image, photo_paths
@@ -21,6 +25,10 @@ SIZES = [(96, 72), (72, 96), (80, 80)]
 # The tiny CNN on 32-pixel crops: a step takes milliseconds on one CPU core.
 FAST = ["--arch", "tiny", "--size", "32", "--batch-size", "16", "--threads", "1", "--log-every", "2",
         "--no-progress"]
+# 96 images: 6 steps per epoch in one process, 6 per rank with two ranks of batch 8. The
+# schedule spans 50 epochs so that no run ends before it is killed; --max-steps ends them.
+LONG = ["--epochs", "50", "--synthetic-steps", "0", "--lr", "0.1", "--log-every", "10"]
+DDP = [*FAST, "--batch-size", "8", *LONG, "--save-every", "2"]
 
 
 def two_class_folder(root, per_class: int, seed: int, classes=("grass", "rocket")):
@@ -43,6 +51,15 @@ def pack(folder, out):
 def run(argv) -> int:
     """`python -m feedline.train ARGV` in this process: its exit code."""
     return train_main([str(a) for a in argv])
+
+
+def one_line_error(capsys, argv) -> str:
+    """Runs ARGV, which must fail with exit code 2 and one line on stderr; returns the line."""
+    rc = run(argv)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.count("\n") == 1 and err.startswith("feedline train: error: "), err
+    return err
 
 
 def metrics(out) -> list[dict]:
@@ -81,3 +98,70 @@ def torchrun(*args: str, nproc: int = 2, nnodes: int = 1, node_rank: int = 0, po
         cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", "--rdzv-backend=c10d",
                 f"--rdzv-endpoint=localhost:{port}", "--rdzv-id=feedline-test"]
     return [*cmd, "-m", "feedline.train", *map(str, args)]
+
+
+class Job:
+    """A real process (a feedline run or a torchrun agent) with its output in a file."""
+
+    def __init__(self, cmd: list[str], log):
+        self.log = log
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=subprocess_env(), stdout=open(log, "w"),
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def output(self) -> str:
+        with open(self.log, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"still running after {timeout} s:\n{self.output()[-3000:]}")
+
+    def kill(self) -> None:
+        for pid in [*workers(self.proc.pid).values(), self.proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
+
+def workers(agent: int) -> dict[int, int]:
+    """rank -> pid of the processes torchrun's agent ``agent`` started (from /proc)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            if ppid != agent:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                env = dict(kv.split(b"=", 1) for kv in fh.read().split(b"\0") if b"=" in kv)
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+        if b"RANK" in env:
+            found[int(env[b"RANK"])] = int(entry)
+    return found
+
+
+def wait_for_checkpoint(out, job: Job, step: int, timeout: float = 60) -> int:
+    """Block until OUT/checkpoint.pt holds at least ``step``; returns the step it holds.
+    Reads the metrics log, which records each checkpoint after its rename."""
+    deadline = time.monotonic() + timeout
+    path = os.path.join(out, "metrics.jsonl")
+    while time.monotonic() < deadline:
+        if job.proc.poll() is not None:
+            pytest.fail(f"ended before step {step}:\n{job.output()[-3000:]}")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as fh:
+                saved = [int(line.split('"step": ')[1].split(",")[0]) for line in fh
+                         if '"event": "checkpoint"' in line]
+            if saved and saved[-1] >= step:
+                return saved[-1]
+        time.sleep(0.002)
+    job.kill()
+    pytest.fail(f"no checkpoint of step {step} after {timeout} s:\n{job.output()[-3000:]}")

@@ -37,6 +37,7 @@ class Trainer:
         configure_torch(cfg, info)
         self.amp = resolve_amp(cfg.amp, info.device)
         self.input_dtype = self.amp.dtype or torch.float32
+        self.lr = peak_lr(cfg, info.world_size)
         self.data: Data = open_data(cfg, info)
         self.resume_state = checkpoint.load(cfg.resume_path) if cfg.resume_path else None
         self.reporter = Reporter(cfg.out, info.is_main, info.world_size, cfg.progress,
@@ -50,8 +51,9 @@ class Trainer:
         """Train; a dead or silent peer and SIGTERM end the run as one TrainError line each."""
         try:
             if self.cfg.synthetic:
-                return run_synthetic_only(self._build_model(), self.cfg, self.info, self.amp, self._lr(),
-                                          self.data.num_classes, self.input_dtype, self.reporter, self.result)
+                return run_synthetic_only(place_model(self.cfg, self.info, self.data.num_classes), self.cfg,
+                                          self.info, self.amp, self.lr, self.data.num_classes, self.input_dtype,
+                                          self.reporter, self.result)
             return self._run()
         except failures.Terminated:
             raise failures.terminated(self.info, self._where(), *self._last_checkpoint()) from None
@@ -78,12 +80,6 @@ class Trainer:
         return self.cfg.checkpoint_path, saved
 
     # -- set-up ------------------------------------------------------------------------
-    def _build_model(self) -> nn.Module:
-        return place_model(self.cfg, self.info, self.data.num_classes)
-
-    def _lr(self) -> float:
-        return peak_lr(self.cfg, self.info.world_size)
-
     def _warn_about_options(self) -> None:
         cfg, rep = self.cfg, self.reporter
         if cfg.batch_size % 8 and self.info.device.type == "cuda":
@@ -103,25 +99,23 @@ class Trainer:
         steps_per_epoch = math.ceil(len(self.train_loader) / cfg.accum_steps)
         total_steps = steps_per_epoch * cfg.epochs
         warmup = warmup_steps_for(cfg.warmup_epochs, steps_per_epoch, total_steps)
-        lr = self._lr()
         self.checkpoints = Checkpoints(cfg, info, self.reporter, self.data.num_classes, steps_per_epoch)
-        raw = self._build_model()
+        raw = place_model(cfg, info, self.data.num_classes)
         state, self.resume_state = self.resume_state, None  # the host copy of the weights goes after this
         if state is not None:
             self.checkpoints.restore_model(state, raw)
-        runner = build_runner(raw, cfg, info, self.amp, lr, warmup, total_steps)
+        runner = build_runner(raw, cfg, info, self.amp, self.lr, warmup, total_steps)
         loader_state = None
         if state is not None:
             self.progress, loader_state = self.checkpoints.restore_training(state, runner)
             result.history = list(state.get("history", []))
-        self.reporter.start(cfg, info, self.amp.name, len(self.data.train), self.data.num_classes, lr,
+        self.reporter.start(cfg, info, self.amp.name, len(self.data.train), self.data.num_classes, self.lr,
                             steps_per_epoch, total_steps, warmup,
                             resumed=self.progress if state is not None else None)
-        real = self._epochs(raw, runner, loader_state)
+        result.real_images_per_s = self._epochs(raw, runner, loader_state)
         result.steps, result.epochs_done = self.progress.step, self.progress.epoch
-        result.real_images_per_s = real
         if cfg.synthetic_steps and not result.stopped_early:
-            result.synthetic_images_per_s = measure_synthetic(raw, cfg, info, self.amp, lr,
+            result.synthetic_images_per_s = measure_synthetic(raw, cfg, info, self.amp, self.lr,
                                                               self.data.num_classes, self.input_dtype)
         finish(result, raw, info, self.reporter)
         return result
