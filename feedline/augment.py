@@ -79,7 +79,7 @@ def random_resized_crop(heights, widths, u: np.ndarray, scale=(0.08, 1.0),
 
     # Fallback, as torchvision: the whole image, clamped to the ratio range, centered.
     in_ratio = W / np.maximum(H, 1)
-    fw = np.where(in_ratio < ratio[0], W, np.where(in_ratio > ratio[1], np.round(H * ratio[1]), W))
+    fw = np.where(in_ratio > ratio[1], np.round(H * ratio[1]), W)
     fh = np.where(in_ratio < ratio[0], np.round(W / ratio[0]), H)
     fw, fh = fw.astype(np.int64), fh.astype(np.int64)
     bh = np.where(found, bh, fh)

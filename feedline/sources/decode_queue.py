@@ -29,7 +29,7 @@ _CLAIM = 2          # samples a worker takes at once: fewer lock round trips, st
 
 @dataclass
 class _Batch:
-    plan: BatchPlan
+    plan: BatchPlan | None     # None: planning the batch failed (``error`` says why)
     slot: int
     claimed: int = 0
     done: int = 0
@@ -97,7 +97,7 @@ class DecodeQueue:
         """Under the lock: (batch, first, stop) of samples to decode, or None to exit."""
         while not self._closed:
             for batch in self._assigned:
-                if batch.claimed < len(batch.plan) and batch.error is None:
+                if batch.error is None and batch.claimed < len(batch.plan):
                     first = batch.claimed
                     batch.claimed = min(first + _CLAIM, len(batch.plan))
                     return batch, first, batch.claimed
@@ -106,6 +106,11 @@ class DecodeQueue:
                     plan = next(self._plans)
                 except StopIteration:
                     self._plans_done = True
+                    self._cond.notify_all()
+                    continue
+                except BaseException as exc:  # planning failed: the consumer must hear of it, in order
+                    self._plans_done = True
+                    self._assigned.append(_Batch(None, -1, error=exc))
                     self._cond.notify_all()
                     continue
                 slot = self._free.popleft()
