@@ -1,9 +1,9 @@
-# The two commands of the README: `make demo` and `make test`.
+# The two commands of the README: `make demo` and `make test`; the rest are for developers.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO ?= demo
 
-.PHONY: demo test setup setup-test clean
+.PHONY: demo test setup setup-test mutants gpu-wheels gpu-check clean
 
 setup:
 	bash .ci/setup.sh bench
@@ -14,10 +14,11 @@ setup-test:
 # Build realistic sample folders from the shipped photos, pack them, show and check
 # them, then train on them for a moment on the CPU through FeedLoader.
 demo: setup
+	rm -rf $(DEMO)
 	$(PY) -m feedline sample $(DEMO)/train -n 600 --classes 6 --seed 0 --photo-per-class
 	$(PY) -m feedline sample $(DEMO)/val -n 120 --classes 6 --seed 1 --photo-per-class
-	$(PY) -m feedline pack $(DEMO)/train $(DEMO)/train.lmdb --overwrite
-	$(PY) -m feedline pack $(DEMO)/val $(DEMO)/val.h5 --overwrite
+	$(PY) -m feedline pack $(DEMO)/train $(DEMO)/train.lmdb
+	$(PY) -m feedline pack $(DEMO)/val $(DEMO)/val.h5
 	$(PY) -m feedline info $(DEMO)/train.lmdb
 	$(PY) -m feedline verify $(DEMO)/train.lmdb
 	$(PY) -m feedline train $(DEMO)/train.lmdb --val $(DEMO)/val.h5 --arch tiny --size 96 \
@@ -26,5 +27,21 @@ demo: setup
 test: setup-test
 	$(PY) -m pytest -q -ra
 
+# Mutation testing (issue 15): slow, never part of `make test`. AREAS="order augment" runs some.
+mutants: setup-test
+	$(PY) -m pip install -q 'mutmut>=3.8,<4'
+	PY=$(PY) bash .ci/mutants.sh $(AREAS)
+
+# Here (needs the package index): the wheels the GPU check installs, cut into bundles
+# of at most 64 MiB under .whl/gpu/, one per device call (see .ci/gpu/README.md).
+gpu-wheels: setup-test
+	bash .ci/gpu/wheels.sh
+
+# On the lent H100/H200: install the carried wheels, run the whole suite and the GPU
+# benchmarks, write bench/results/gpu/<kind>/summary.json. Without CUDA it stops after
+# checking and installing the wheels, with exit code 3. GPU_CHECK_ARGS="--only tests,gpu_decode".
+gpu-check:
+	bash .ci/gpu/check.sh $(GPU_CHECK_ARGS)
+
 clean:
-	rm -rf $(VENV) $(DEMO) .pytest_cache
+	rm -rf $(VENV) $(DEMO) .pytest_cache .hypothesis
