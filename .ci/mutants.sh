@@ -20,7 +20,7 @@ JOBS=${MUTANTS_JOBS:-1}
 
 # area -> "modules to mutate (globs) | tests to run". The CUDA prefetcher and DALI's graph
 # are left out: on a machine without a GPU no test reaches them (make gpu-check covers them).
-LOADER_TESTS="tests/test_loader.py tests/test_loader_oracles.py tests/test_sources_ledger.py"
+LOADER_TESTS="tests/test_loader.py tests/test_loader_oracles.py tests/test_sources_ledger.py tests/test_sources_decode_queue.py"
 declare -A AREAS=(
   [order]="feedline/order.py | tests/test_order.py tests/test_properties.py"
   [augment]="feedline/augment.py | tests/test_augment.py tests/test_properties.py"
