@@ -25,11 +25,13 @@ import numpy as np
 
 from ..choices import Order
 from ..plan import BatchPlan, EpochPlan
+from ..stores.advice import will_need
 
 log = logging.getLogger(__name__)
 
 BLOCK_BYTES = 2 << 20   # one request: large enough that a disk's or network's latency is amortized
 WINDOW_BLOCKS = 256     # blocks shuffled together: how many parts of the file a batch mixes
+_CHUNK = 4096           # records placed, then advised, at a time
 
 
 def page_aware_sizes(mean_record_bytes: float, block_bytes: int = BLOCK_BYTES,
@@ -116,14 +118,24 @@ class ReadAhead:
                     if self._closed:
                         return
                     due = schedule.until(self._planned + self._ahead)
-                for k in range(done, due):
-                    if self._closed:
-                        return
-                    self.advised_bytes += store.will_need(int(schedule.first[k]), int(schedule.stop[k]))
-                done = due
+                while done < due and not self._closed:
+                    done = self._advise(schedule, done, due)
         except Exception as exc:  # advice only: the reads that follow report real trouble
             log.warning("%s: read-ahead stopped (%s: %s); reading on without it",
                         getattr(store, "filename", store), type(exc).__name__, exc)
+
+    def _advise(self, schedule: Schedule, done: int, due: int) -> int:
+        """Advise runs ``done ..`` up to ``due`` (at most _CHUNK records); returns where it
+        stopped. Every range is found before any is advised: finding them may read index
+        pages (LMDB's B-tree), which would otherwise queue behind the advised reads."""
+        ranges, records = [], 0
+        while done < due and records < _CHUNK:
+            first, stop = int(schedule.first[done]), int(schedule.stop[done])
+            ranges += self._store.byte_ranges(first, stop)
+            records += stop - first
+            done += 1
+        self.advised_bytes += will_need(ranges)
+        return done
 
     def close(self) -> None:
         with self._cond:

@@ -102,37 +102,3 @@ def _device_read_ahead(dev: int) -> int:
             continue
     return _MIN_PIECE
 
-
-class Mapping:
-    """Where this process maps a file: addresses ``start .. end - 1`` hold its bytes from
-    ``offset`` on. Found in /proc/self/maps (Linux), for stores (LMDB) whose library maps
-    the file without saying where."""
-
-    def __init__(self, start: int, end: int, offset: int):
-        self.start, self.end, self.offset = start, end, offset
-
-    def holds(self, addresses: np.ndarray) -> bool:
-        return bool(len(addresses)) and int(addresses.min()) >= self.start and int(addresses.max()) < self.end
-
-    def file_offsets(self, addresses: np.ndarray) -> np.ndarray:
-        return addresses - self.start + self.offset
-
-    @classmethod
-    def find(cls, path: str, address: int) -> "Mapping | None":
-        """The mapping of ``path`` that holds ``address``; None when there is none (or no
-        /proc/self/maps to say)."""
-        try:
-            st = os.stat(path)
-            with open("/proc/self/maps") as fh:
-                lines = fh.readlines()
-        except OSError:
-            return None
-        dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
-        for line in lines:
-            fields = line.split(maxsplit=5)
-            if len(fields) < 5 or fields[4] != str(st.st_ino) or fields[3] != dev:
-                continue
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            if start <= address < end:
-                return cls(start, end, int(fields[2], 16))
-        return None

@@ -1,7 +1,9 @@
 """LMDB store: one file, one key per record, columns and metadata under feedline/."""
 from __future__ import annotations
 
+import logging
 import os
+import struct
 import threading
 
 import lmdb
@@ -10,8 +12,11 @@ import numpy as np
 from ..errors import StoreError
 from ..format import (CHECKSUMS, COLUMN_NAMES, LMDB_COLUMN_PREFIX, LMDB_IMAGE_PREFIX, LMDB_JOURNAL_PREFIX,
                       LMDB_META_KEY, has_checksums, image_key, parse_meta)
-from .advice import Mapping, merged_ranges
+from .advice import merged_ranges
 from .base import Store, load_columns
+from .lmdb_layout import LayoutError, value_places
+
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()        # guards _shared and every _SharedEnv; replaced in a forked child
 _pid = os.getpid()
@@ -38,7 +43,7 @@ class _SharedEnv:
         self.users = 0
         self.env: lmdb.Environment | None = None
         self.pid: int | None = None   # the process that opened env
-        self.mapping: Mapping | None = None   # where env maps the file, once a hint asked
+        self.places = None   # (offsets, lengths) of every value once a hint asks; False: unknown
 
 
 def _open_environment(filename: str) -> lmdb.Environment:
@@ -124,7 +129,6 @@ class LmdbStore(Store):
                     self._release(share)
                     raise
                 share.pid = _pid
-                share.mapping = None
             return share.env
 
     def _txn(self) -> lmdb.Transaction:
@@ -159,12 +163,29 @@ class LmdbStore(Store):
 
     def byte_ranges(self, first: int, stop: int) -> list[tuple[str, int, int]]:
         self._check_span(first, stop)
-        txn = self._txn()
-        try:
-            return _value_ranges(txn, self._env_share, self.filename, first, stop)
-        except lmdb.Error:
-            self._drop_txn()  # a damaged file: the read of the record will say so
+        self._environment()
+        share = self._env_share
+        if share.places is None:  # two threads may both find them: either result serves
+            share.places = self._find_places()
+        if share.places is False or first == stop:
             return []
+        offsets, lengths = share.places
+        return merged_ranges(self.filename, offsets[first:stop], lengths[first:stop])
+
+    def _find_places(self):
+        """Where every value lies (see lmdb_layout), checked against two reads; False when
+        the pages do not read as expected: then there are no hints, and reads go on."""
+        try:
+            offsets, lengths = value_places(self.filename, self._environment().stat()["psize"], len(self))
+            with open(self.filename, "rb") as fh:
+                for i in {0, len(self) - 1}:
+                    fh.seek(offsets[i])
+                    if fh.read(lengths[i]) != bytes(self.read(i)):
+                        raise LayoutError(f"record {i} is not where its leaf node says")
+            return offsets, lengths
+        except (LayoutError, OSError, struct.error, StoreError, lmdb.Error) as exc:
+            log.info("%s: no read-ahead hints (%s)", self.filename, exc)
+            return False
 
     def byte_lengths(self) -> np.ndarray:
         # A lookup touches only B-tree pages: a value's length is in its leaf node.
@@ -201,30 +222,6 @@ class LmdbStore(Store):
             share.env.close()
             share.env = None
         share.pid = None
-
-
-def _value_ranges(txn: lmdb.Transaction, share: _SharedEnv, filename: str,
-                  first: int, stop: int) -> list[tuple[str, int, int]]:
-    """The file ranges of records ``first .. stop - 1``: each value's address in the memory
-    map (a zero-copy read) less where the map starts. Values are written in key order, so
-    neighbours lie close, with B-tree pages between."""
-    addresses = np.zeros(stop - first, dtype=np.int64)
-    lengths = np.zeros(stop - first, dtype=np.int64)
-    for k in range(stop - first):
-        value = txn.get(image_key(first + k))
-        if value is not None and len(value):
-            addresses[k] = np.frombuffer(value, dtype=np.uint8).ctypes.data
-            lengths[k] = len(value)
-    found = lengths > 0
-    addresses, lengths = addresses[found], lengths[found]
-    if not len(addresses):
-        return []
-    mapping = share.mapping
-    if mapping is None or not mapping.holds(addresses):
-        mapping = share.mapping = Mapping.find(filename, int(addresses[0]))
-        if mapping is None or not mapping.holds(addresses):
-            return []
-    return merged_ranges(filename, mapping.file_offsets(addresses), lengths)
 
 
 def _key_problems(txn: lmdb.Transaction, n: int) -> list[str]:
