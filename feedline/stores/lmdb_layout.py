@@ -39,7 +39,7 @@ class LayoutError(ValueError):
 
 
 def value_places(path: str, psize: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """The file offset (int64) and length (int64) of the value of every record
+    """The file offset (int64) and length (int32) of the value of every record
     ``0 .. count - 1`` of the LMDB file ``path`` with page size ``psize``."""
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -53,7 +53,7 @@ def value_places(path: str, psize: int, count: int) -> tuple[np.ndarray, np.ndar
         meta = max(metas, key=lambda m: struct.unpack_from("<Q", m, _META_TXNID)[0])
         level = [struct.unpack_from("<Q", meta, _META_ROOT)[0]]
         offsets = np.full(count, -1, dtype=np.int64)
-        lengths = np.zeros(count, dtype=np.int64)
+        lengths = np.zeros(count, dtype=np.int32)
         while level:
             if hasattr(os, "posix_fadvise"):  # each level's pages in parallel, not one by one
                 for pgno in level:
