@@ -2,8 +2,9 @@
 
 The total size of the images is known only at the end, and a contiguous dataset
 cannot grow, so records are staged: their bytes are appended to OUT.partial.images
-and each commit appends one journal line to OUT.partial.journal (after its bytes,
-so a line never names bytes that were not written).
+(a writev per MiB or so, so the records' memory is reused soon) and each commit
+appends one journal line to OUT.partial.journal (after its bytes, so a line never
+names bytes that were not written; staged bytes past the last line are cut on resume).
 
 The staged bytes start at the offset where HDF5 puts the first dataset of a new
 file (2048 today; asked of HDF5, not assumed, and kept in the journal's first line). ``finish`` creates the container:
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 _FALLBACK_OFFSET = 4096
 _IOV_MAX = 1024  # buffers per writev: the Linux limit
+_STAGE_BYTES = 1 << 20  # added records are written once they hold this much
 _COPY_FALLBACK_ERRNOS = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF)
 
 
@@ -61,6 +63,8 @@ class Hdf5Writer(Writer):
         self._staging: int | None = None
         self._journal: int | None = None
         self._base = 0  # offset of the first staged byte
+        self._added: list[bytes] = []   # records added and not yet written
+        self._added_bytes = 0
         self._flushed = self._written = 0  # writeback started up to / staged bytes end at the last commit
 
     @property
@@ -106,9 +110,22 @@ class Hdf5Writer(Writer):
         os.truncate(self.staging_path, self._base + nbytes)
         return entries
 
-    def commit(self, images: list[bytes], entry: JournalEntry) -> None:
+    def add(self, index: int, data: bytes) -> None:
+        self._added.append(data)
+        self._added_bytes += len(data)
+        if self._added_bytes >= _STAGE_BYTES:
+            self._stage()
+
+    def _stage(self) -> None:
+        added, self._added, self._added_bytes = self._added, [], 0
         try:
-            _write_all(self._staging, images)
+            _write_all(self._staging, added)
+        except OSError as exc:
+            raise write_failed(self.staging_path, exc) from None
+
+    def commit(self, entry: JournalEntry) -> None:
+        self._stage()
+        try:
             _write_all(self._journal, [entry.to_bytes() + b"\n"])
         except OSError as exc:
             raise write_failed(self.staging_path, exc) from None
@@ -173,6 +190,7 @@ class Hdf5Writer(Writer):
         os.replace(self.staging_path, self.partial_path)
 
     def close(self) -> None:
+        self._added, self._added_bytes = [], 0  # not committed: not kept
         for name in ("_staging", "_journal"):
             fd = getattr(self, name)
             if fd is not None:

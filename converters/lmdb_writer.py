@@ -3,6 +3,11 @@
 One writer, so the environment is opened with ``lock=False`` (no -lock file) and
 ``sync=False``: each commit is a write() into the page cache, which survives the
 process being killed; one fsync at the end makes the finished file durable.
+
+Records are put into an open write transaction as they come (``add``) and committed
+with their journal entry; LMDB copies each one into its own pages at once, so the
+caller's bytes are freed right away. When the map is full, the transaction is
+aborted, the map grows, and the caller adds the chunk again (ChunkLost).
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from feedline.format import (LMDB_COLUMN_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_
 
 from .disk_space import write_failed
 from .journal import JournalEntry
-from .writer_base import Writer, remove_quietly, start_writeback
+from .writer_base import ChunkLost, Writer, remove_quietly, start_writeback
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +33,8 @@ class LmdbWriter(Writer):
     def __init__(self, out: str):
         super().__init__(out)
         self._env: lmdb.Environment | None = None
+        self._txn: lmdb.Transaction | None = None   # the chunk being added, until its commit
+        self._chunk_bytes = 0
         self._fd: int | None = None
         self._map_size = INITIAL_MAP_SIZE
         self._flushed = self._size = 0  # writeback started up to / file size at the last commit
@@ -73,14 +80,26 @@ class LmdbWriter(Writer):
                             "start over without --resume") from None
         self._fd = os.open(self.partial_path, os.O_RDONLY)  # only to start writeback early
 
-    def commit(self, images: list[bytes], entry: JournalEntry) -> None:
-        def fill(txn: lmdb.Transaction) -> None:
+    def add(self, index: int, data: bytes) -> None:
+        if self._txn is None:
+            self._txn, self._chunk_bytes = self._env.begin(write=True), 0
+        self._chunk_bytes += len(data)
+        try:
             # Image keys only grow, so append=True skips the B-tree search.
-            for k, data in enumerate(images):
-                txn.put(image_key(entry.first_record + k), data, append=True)
+            self._txn.put(image_key(index), data, append=True)
+        except lmdb.MapFullError:
+            self._abort()
+            self._grow(self._chunk_bytes)
+            raise ChunkLost(f"{self.partial_path}: the LMDB map was full at record {index}") from None
+        except (lmdb.Error, OSError) as exc:
+            self._abort()
+            raise write_failed(self.partial_path, exc) from None
+
+    def commit(self, entry: JournalEntry) -> None:
+        def fill(txn: lmdb.Transaction) -> None:
             txn.put(journal_key(entry.chunk), entry.to_bytes())
 
-        self._write(fill, sum(len(d) for d in images))
+        self._write(fill, self._chunk_bytes)
         # Writeback of what the commit before this one appended (see Hdf5Writer.commit).
         size = os.fstat(self._fd).st_size
         if self._flushed < self._size:
@@ -104,21 +123,36 @@ class LmdbWriter(Writer):
         self.close()
 
     def _write(self, fill, nbytes: int) -> None:
-        """Run ``fill`` in a write transaction; on a full map, grow it and redo the transaction."""
+        """Run ``fill`` in the open write transaction (the chunk added so far) or a new one,
+        and commit. On a full map, grow it; then redo a transaction of ``fill`` alone, but
+        raise ChunkLost for one that held added records (they are gone with it)."""
         while True:
+            streamed = self._txn is not None
+            txn, self._txn, self._chunk_bytes = self._txn or self._env.begin(write=True), None, 0
             try:
-                with self._env.begin(write=True) as txn:
+                with txn:  # commits, or aborts on an exception
                     fill(txn)
                 return
             except lmdb.MapFullError:
-                # The aborted transaction left nothing behind; redo it with room to spare.
-                self._map_size = max(2 * self._map_size, self._map_size + 4 * nbytes)
-                log.debug("%s: map full, growing it to %d MiB", self.partial_path, self._map_size >> 20)
-                self._env.set_mapsize(self._map_size)
+                self._grow(nbytes)
+                if streamed:
+                    raise ChunkLost(f"{self.partial_path}: the LMDB map was full at a commit") from None
             except (lmdb.Error, OSError) as exc:
                 raise write_failed(self.partial_path, exc) from None
 
+    def _grow(self, nbytes: int) -> None:
+        """Room for the aborted transaction (``nbytes`` of records) and more."""
+        self._map_size = max(2 * self._map_size, self._map_size + 4 * nbytes)
+        log.debug("%s: map full, growing it to %d MiB", self.partial_path, self._map_size >> 20)
+        self._env.set_mapsize(self._map_size)
+
+    def _abort(self) -> None:
+        if self._txn is not None:
+            self._txn.abort()
+            self._txn, self._chunk_bytes = None, 0
+
     def close(self) -> None:
+        self._abort()  # records added since the last commit: not kept
         if self._env is not None:
             self._env.close()
             self._env = None

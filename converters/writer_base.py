@@ -1,10 +1,13 @@
 """The writer interface that the LMDB and HDF5 writers implement, and what they share.
 
 A writer owns the temporary files of one pack. ``start`` opens them (fresh, or
-to resume, returning the journal), ``commit`` adds a chunk of records together
-with its journal entry atomically, ``finish`` writes columns and metadata and
+to resume, returning the journal), ``add`` hands it each record as soon as it is
+checked (so the record's bytes can be freed, and their memory reused, at once),
+``commit`` makes the records added since the last commit durable together with
+their journal entry, atomically; ``finish`` writes columns and metadata and
 leaves a complete file at ``partial_path``, which `pack` then renames to OUT.
-``close`` keeps the temporary files for --resume; ``discard`` removes them.
+``close`` keeps the temporary files for --resume (not what was added since the
+last commit); ``discard`` removes them.
 Below both writers; the factory that picks one is `writers.make_writer`.
 """
 from __future__ import annotations
@@ -15,6 +18,11 @@ from abc import ABC, abstractmethod
 from .journal import JournalEntry
 
 PARTIAL_SUFFIX = ".partial"
+
+
+class ChunkLost(Exception):
+    """The records added since the last commit were rolled back (LMDB's map was full; the
+    writer has grown it): add them again from the first one, then commit."""
 
 
 def remove_quietly(path: str) -> None:
@@ -40,8 +48,14 @@ class Writer(ABC):
         journal, empty when there is nothing to continue), else start afresh."""
 
     @abstractmethod
-    def commit(self, images: list[bytes], entry: JournalEntry) -> None:
-        """Store ``images`` as records ``entry.first_record ...`` and ``entry``, atomically."""
+    def add(self, index: int, data: bytes) -> None:
+        """Store ``data`` as record ``index``, the next one, in the chunk that the next
+        ``commit`` completes. ChunkLost when the chunk was rolled back."""
+
+    @abstractmethod
+    def commit(self, entry: JournalEntry) -> None:
+        """Make the records added since the last commit and ``entry`` durable, atomically
+        (they are records ``entry.first_record ...``). ChunkLost when the chunk was rolled back."""
 
     @abstractmethod
     def finish(self, columns: dict[str, bytes], meta: dict, lengths: list[int]) -> None:
