@@ -8,14 +8,13 @@ file. Runs on the pack's thread pool (the decoders release the GIL).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .records import Record
 from .report import Skip, SkipReason
 
 
-@dataclass(frozen=True)
-class DecodeCheck:
+class DecodeCheck(NamedTuple):
     """A record stored as it is, waiting for its decode check."""
 
     rel: str

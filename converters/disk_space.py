@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from feedline.errors import DiskFullError, PackError
 
@@ -25,8 +25,7 @@ _SAMPLE = 1000                   # files looked up first: enough when they show 
 _FIXED = 256 << 10               # metadata, B-tree roots, HDF5 superblock and objects
 
 
-@dataclass(frozen=True)
-class Room:
+class Room(NamedTuple):
     free: int            # bytes this process may still write there
     filesystem: str      # for messages: its mount point and type, e.g. "/data (ext4)"
 

@@ -9,7 +9,7 @@ read; a JPEG damaged inside it passes this check and is caught by
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .report import SkipReason
 
@@ -29,6 +29,9 @@ SOF_NAMES = {
 PASS_THROUGH_SOF = (0xC0, 0xC1, 0xC2)   # Huffman-coded sequential or progressive
 _STANDALONE = frozenset([0x01, *range(0xD0, 0xD8)])
 _DAC, _SOS, _APP1, _APP14 = 0xCC, 0xDA, 0xE1, 0xEE
+# Segments whose content does not matter here (DQT, DHT, DRI, APP0, COM, ...): most of a
+# JPEG's segments, stepped over on a fast path.
+_SKIPPED = frozenset(range(0x01, 0xFF)) - _STANDALONE - set(SOF_NAMES) - {0xD8, 0xD9, _DAC, _SOS, _APP1, _APP14}
 
 
 class JpegError(Exception):
@@ -40,8 +43,9 @@ class JpegError(Exception):
         self.detail = detail
 
 
-@dataclass(frozen=True)
-class JpegInfo:
+class JpegInfo(NamedTuple):
+    """What the markers say; one per JPEG packed (a named tuple: cheap to make)."""
+
     sof: int                    # frame marker, 0xC0..0xCF
     precision: int              # bits per sample
     height: int
@@ -106,7 +110,13 @@ def parse_jpeg(data: bytes) -> JpegInfo:
     arithmetic = False
     pos = 2
     while True:
-        # A marker is 0xFF, any number of 0xFF fill bytes, then the marker code.
+        if pos + 4 <= n and data[pos] == 0xFF and data[pos + 1] in _SKIPPED:
+            end = pos + 2 + ((data[pos + 2] << 8) | data[pos + 3])
+            if pos + 4 <= end <= n:
+                pos = end
+                continue
+        # Everything else (and the errors) the long way. A marker is 0xFF, any number of
+        # 0xFF fill bytes, then the marker code.
         if pos + 1 >= n:
             raise JpegError(SkipReason.TRUNCATED, f"ends at byte {n} before the image data (no SOS marker)")
         if data[pos] != 0xFF:
@@ -147,9 +157,7 @@ def parse_jpeg(data: bytes) -> JpegInfo:
     if data.rfind(EOI, max(end, n - EOI_WINDOW)) < 0:
         raise JpegError(SkipReason.TRUNCATED, "no end-of-image marker (FFD9) at the end of the file")
     sof, precision, height, width, components = frame
-    return JpegInfo(sof=sof, precision=precision, height=height, width=width, components=components,
-                    adobe_transform=adobe, orientation=orientation,
-                    arithmetic=arithmetic or sof >= 0xC9)
+    return JpegInfo(sof, precision, height, width, components, adobe, orientation, arithmetic or sof >= 0xC9)
 
 
 def _parse_sof(marker: int, seg: bytes) -> tuple[int, int, int, int, int]:

@@ -6,6 +6,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from feedline import scan
 
@@ -26,8 +27,7 @@ class SkipReason(str, Enum):
     MISSING = scan.MISSING                  # in the labels CSV, not in the folder
 
 
-@dataclass(frozen=True)
-class Skip:
+class Skip(NamedTuple):
     path: str      # relative to SRC
     reason: SkipReason
     detail: str

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .errors import FeedlineError
 from .labels_csv import read_labels
@@ -31,8 +32,7 @@ NOT_IN_LABELS = "not-in-labels-csv"     # an image in the folder that the labels
 MISSING = "missing"                     # a labels CSV row whose file does not exist
 
 
-@dataclass(frozen=True)
-class Unscanned:
+class Unscanned(NamedTuple):
     """Something the scan found and will not hand on: a file or a folder link."""
 
     path: str       # relative to the root, '/'-separated
