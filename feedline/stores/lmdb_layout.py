@@ -5,8 +5,10 @@ per record) touches each value's first page, so on a cold store every lookup is 
 synchronous disk read: placing the records would cost what reading them costs. The
 B-tree's leaf pages already say where each value lies (the page number of a large
 value's overflow pages, or the place of a small one within the leaf), and they are a
-small part of the file (about 30 bytes per record), so they are read here, once, with
-read-ahead of their own.
+small part of the file (about 30 bytes per record), so they are read here, once, level
+by level, each level's pages advised together. Not so for records under about half a
+page, which LMDB keeps inside the leaf pages: those stores get no hints (HDF5 keeps an
+offset table and suits small records bigger than RAM).
 
 LMDB's data format (lmdb.h, mdb.c; unchanged since 0.9, little-endian, 64-bit ``pgno_t``):
 a page starts with a 16-byte header (pgno u64, pad u16, flags u16, lower u16, upper
@@ -20,7 +22,6 @@ starts after its header.
 from __future__ import annotations
 
 import os
-import struct
 
 import numpy as np
 
@@ -38,63 +39,85 @@ class LayoutError(ValueError):
     """The pages do not read as this module expects: no hints, reads are unaffected."""
 
 
-def value_places(path: str, psize: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+MAX_INDEX_SHARE = 0.05   # leaf pages beyond this share of the file hold the records themselves
+
+
+def value_places(path: str, psize: int, count: int, leaf_pages: int) -> tuple[np.ndarray, np.ndarray]:
     """The file offset (int64) and length (int32) of the value of every record
-    ``0 .. count - 1`` of the LMDB file ``path`` with page size ``psize``."""
+    ``0 .. count - 1`` of the LMDB file ``path`` with page size ``psize`` and ``leaf_pages``
+    leaf pages. LayoutError when records are kept inside the leaf pages (values under about
+    half a page): there, finding them would mean reading them."""
+    if leaf_pages * psize > MAX_INDEX_SHARE * os.path.getsize(path):
+        raise LayoutError(f"the records lie inside the B-tree's {leaf_pages} leaf pages (records of under "
+                          f"{psize // 2} bytes): placing them would mean reading them")
     fd = os.open(path, os.O_RDONLY)
     try:
-        def page(pgno: int) -> bytes:
-            data = os.pread(fd, psize, pgno * psize)
-            if len(data) != psize:
-                raise LayoutError(f"page {pgno} lies past the end of the file")
-            return data
-
-        metas = [page(0), page(1)]
-        meta = max(metas, key=lambda m: struct.unpack_from("<Q", m, _META_TXNID)[0])
-        level = [struct.unpack_from("<Q", meta, _META_ROOT)[0]]
-        offsets = np.full(count, -1, dtype=np.int64)
-        lengths = np.zeros(count, dtype=np.int32)
-        while level:
-            if hasattr(os, "posix_fadvise"):  # each level's pages in parallel, not one by one
-                for pgno in level:
+        def pages(numbers: list[int]) -> np.ndarray:
+            if hasattr(os, "posix_fadvise"):  # a level's pages read in parallel, not one by one
+                for pgno in numbers:
                     os.posix_fadvise(fd, pgno * psize, psize, os.POSIX_FADV_WILLNEED)
-            below = []
-            for pgno in level:
-                data = page(pgno)
-                flags, lower = struct.unpack_from("<HH", data, 10)
-                nodes = struct.unpack_from(f"<{(lower - PAGE_HEADER) // 2}H", data, PAGE_HEADER)
-                if flags & P_BRANCH:
-                    below += [_child(data, at) for at in nodes]
-                elif flags & P_LEAF:
-                    _read_leaf(data, pgno * psize, psize, nodes, offsets, lengths)
-                else:
-                    raise LayoutError(f"page {pgno} is neither a branch nor a leaf (flags {flags:#x})")
-            level = below
+            data = [os.pread(fd, psize, pgno * psize) for pgno in numbers]
+            if any(len(d) != psize for d in data):
+                raise LayoutError("a page lies past the end of the file")
+            return np.frombuffer(b"".join(data), dtype=np.uint8).reshape(len(numbers), psize)
+
+        metas = pages([0, 1])
+        meta = metas[int(np.argmax(metas[:, _META_TXNID:_META_TXNID + 8].copy().view("<u8")[:, 0]))]
+        level = [int(meta[_META_ROOT:_META_ROOT + 8].copy().view("<u8")[0])]
+        while True:
+            found = pages(level)
+            flags = found[:, 10:12].copy().view("<u2")[:, 0]
+            if bool(np.all(flags & P_LEAF)):
+                return _read_leaves(found, np.array(level, dtype=np.int64), psize, count)
+            if not bool(np.all(flags & P_BRANCH)):
+                raise LayoutError("a level of the B-tree mixes branch and leaf pages")
+            page_of, at = _nodes(found)
+            head = _gather(found, page_of, at, 6).view("<u2")        # lo, hi, flags: the child's pgno
+            level = (head[:, 0].astype(np.int64) | head[:, 1].astype(np.int64) << 16
+                     | head[:, 2].astype(np.int64) << 32).tolist()
     finally:
         os.close(fd)
+
+
+def _nodes(found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(page, offset in the page) of every node of the pages ``found``."""
+    lower = found[:, 12:14].copy().view("<u2")[:, 0].astype(np.int64)
+    counts = (lower - PAGE_HEADER) // 2
+    if bool(np.any(counts < 0)):
+        raise LayoutError("a page header is damaged")
+    pointers = found[:, PAGE_HEADER:PAGE_HEADER + 2 * int(counts.max(initial=0))].copy().view("<u2")
+    page_of, slot = np.nonzero(np.arange(pointers.shape[1]) < counts[:, None])
+    return page_of, pointers[page_of, slot].astype(np.int64)
+
+
+def _gather(found: np.ndarray, page_of: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """``width`` bytes at ``at`` in page ``page_of``, for every node: (nodes, width) uint8."""
+    psize = found.shape[1]
+    if len(at) and int(at.max()) + width > psize:
+        raise LayoutError("a node runs past the end of its page")
+    return found.reshape(-1)[(page_of * psize + at)[:, None] + np.arange(width)]
+
+
+def _read_leaves(found: np.ndarray, numbers: np.ndarray, psize: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    page_of, at = _nodes(found)
+    head = _gather(found, page_of, at, 8).view("<u2")             # lo, hi, flags, ksize
+    key_length = len(LMDB_IMAGE_PREFIX) + _KEY_DIGITS
+    mine = head[:, 3] == key_length                                 # not metadata or columns
+    page_of, at, head = page_of[mine], at[mine], head[mine]
+    keys = _gather(found, page_of, at + 8, key_length)
+    digits = keys[:, len(LMDB_IMAGE_PREFIX):].astype(np.int64) - ord("0")
+    prefix = np.frombuffer(LMDB_IMAGE_PREFIX, dtype=np.uint8)
+    index = digits @ (10 ** np.arange(_KEY_DIGITS - 1, -1, -1, dtype=np.int64))
+    mine = (np.all(keys[:, :len(prefix)] == prefix, axis=1) & np.all((digits >= 0) & (digits <= 9), axis=1)
+            & (index < count))   # beyond the count: `feedline verify` reports those
+    page_of, at, head, index = page_of[mine], at[mine], head[mine], index[mine]
+    data_at = at + 8 + key_length
+    overflow = _gather(found, page_of, np.minimum(data_at, psize - 8), 8).copy().view("<u8")[:, 0].astype(np.int64)
+    offsets = np.full(count, -1, dtype=np.int64)
+    lengths = np.zeros(count, dtype=np.int32)
+    offsets[index] = np.where((head[:, 2] & F_BIGDATA) != 0, overflow * psize + PAGE_HEADER,
+                              numbers[page_of] * psize + data_at)   # a large value's pages, or in the leaf
+    lengths[index] = head[:, 0].astype(np.int64) | head[:, 1].astype(np.int64) << 16
     if bool(np.any(offsets < 0)):
         raise LayoutError(f"{int(np.sum(offsets < 0))} records have no leaf node")
     return offsets, lengths
-
-
-def _child(data: bytes, at: int) -> int:
-    lo, hi, flags = struct.unpack_from("<HHH", data, at)
-    return lo | hi << 16 | flags << 32
-
-
-def _read_leaf(data: bytes, start: int, psize: int, nodes, offsets: np.ndarray, lengths: np.ndarray) -> None:
-    prefix = LMDB_IMAGE_PREFIX
-    for at in nodes:
-        lo, hi, flags, ksize = struct.unpack_from("<HHHH", data, at)
-        key = data[at + 8:at + 8 + ksize]
-        if ksize != len(prefix) + _KEY_DIGITS or not key.startswith(prefix):
-            continue  # metadata, columns
-        index = int(key[len(prefix):])
-        if index >= len(offsets):
-            continue  # beyond the count: `feedline verify` reports those
-        value = at + 8 + ksize
-        if flags & F_BIGDATA:
-            offsets[index] = struct.unpack_from("<Q", data, value)[0] * psize + PAGE_HEADER
-        else:
-            offsets[index] = start + value
-        lengths[index] = lo | hi << 16

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 
 import lmdb
@@ -76,18 +75,14 @@ class LmdbStore(Store):
         self._env_share: _SharedEnv | None = None
         env = self._environment()
         try:
-            with env.begin(buffers=False) as txn:
+            with env.begin(buffers=True) as txn:
                 raw_meta = txn.get(LMDB_META_KEY)
                 if raw_meta is None:
                     raise StoreError(f"{filename}: an LMDB file, but not a feedline store (no feedline/meta key)"
                                      + self._partial_hint())
-                self.meta = parse_meta(raw_meta, filename)
-                buffers = {}
-                for name in COLUMN_NAMES + ((CHECKSUMS,) if has_checksums(self.meta) else ()):
-                    value = txn.get(LMDB_COLUMN_PREFIX + name.encode())
-                    if value is None:
-                        raise StoreError(f"{filename}: column {name} is missing; the file is damaged. Pack it again.")
-                    buffers[name] = value
+                self.meta = parse_meta(bytes(raw_meta), filename)
+                buffers = _read_columns(txn, COLUMN_NAMES + ((CHECKSUMS,) if has_checksums(self.meta) else ()),
+                                        filename)
             self.classes = list(self.meta["classes"])
             self.columns = load_columns(buffers, self.meta["count"], filename)
             self._note_missing_checksums()
@@ -176,14 +171,15 @@ class LmdbStore(Store):
         """Where every value lies (see lmdb_layout), checked against two reads; False when
         the pages do not read as expected: then there are no hints, and reads go on."""
         try:
-            offsets, lengths = value_places(self.filename, self._environment().stat()["psize"], len(self))
+            stat = self._environment().stat()
+            offsets, lengths = value_places(self.filename, stat["psize"], len(self), stat["leaf_pages"])
             with open(self.filename, "rb") as fh:
                 for i in {0, len(self) - 1}:
                     fh.seek(offsets[i])
                     if fh.read(lengths[i]) != bytes(self.read(i)):
                         raise LayoutError(f"record {i} is not where its leaf node says")
             return offsets, lengths
-        except (LayoutError, OSError, struct.error, StoreError, lmdb.Error) as exc:
+        except (LayoutError, OSError, StoreError, lmdb.Error) as exc:
             log.info("%s: no read-ahead hints (%s)", self.filename, exc)
             return False
 
@@ -222,6 +218,17 @@ class LmdbStore(Store):
             share.env.close()
             share.env = None
         share.pid = None
+
+
+def _read_columns(txn: lmdb.Transaction, names, filename: str) -> dict[str, bytes]:
+    """The columns' bytes, copied out of the map."""
+    buffers = {}
+    for name in names:
+        value = txn.get(LMDB_COLUMN_PREFIX + name.encode())
+        if value is None:
+            raise StoreError(f"{filename}: column {name} is missing; the file is damaged. Pack it again.")
+        buffers[name] = bytes(value)
+    return buffers
 
 
 def _key_problems(txn: lmdb.Transaction, n: int) -> list[str]:
