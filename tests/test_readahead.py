@@ -271,3 +271,18 @@ def test_an_lmdb_file_whose_pages_do_not_place_every_record_gets_no_hints_and_re
     with open_dataset(path) as store:
         assert store.byte_ranges(0, 10) == [] and store.will_need(0, 10) == 0
         assert bytes(store.read(5)) == photos.images[5]
+
+
+@pytest.mark.parametrize("kind", ["lmdb-photos", "lmdb-mixed"])
+def test_lmdb_columns_are_found_in_the_btree_where_lmdb_reads_them(stores, kind):
+    """Opening advises the columns' pages before reading them: the places must be theirs."""
+    from feedline.format import LMDB_COLUMN_PREFIX
+    from feedline.stores.lmdb_layout import key_places
+    path = stores[kind]
+    with open_dataset(path) as store:
+        names = store.columns.names
+        keys = [LMDB_COLUMN_PREFIX + name.encode() for name in names] + [b"feedline/col/none"]
+        places = key_places(path, 4096, keys)
+        assert sorted(places) == sorted(keys[:-1])
+        for name, key in zip(names, keys):
+            assert file_bytes(path, *places[key]) == store.columns.array(name).tobytes()

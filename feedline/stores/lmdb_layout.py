@@ -52,18 +52,8 @@ def value_places(path: str, psize: int, count: int, leaf_pages: int) -> tuple[np
                           f"{psize // 2} bytes): placing them would mean reading them")
     fd = os.open(path, os.O_RDONLY)
     try:
-        def pages(numbers: list[int]) -> np.ndarray:
-            if hasattr(os, "posix_fadvise"):  # a level's pages read in parallel, not one by one
-                for pgno in numbers:
-                    os.posix_fadvise(fd, pgno * psize, psize, os.POSIX_FADV_WILLNEED)
-            data = [os.pread(fd, psize, pgno * psize) for pgno in numbers]
-            if any(len(d) != psize for d in data):
-                raise LayoutError("a page lies past the end of the file")
-            return np.frombuffer(b"".join(data), dtype=np.uint8).reshape(len(numbers), psize)
-
-        metas = pages([0, 1])
-        meta = metas[int(np.argmax(metas[:, _META_TXNID:_META_TXNID + 8].copy().view("<u8")[:, 0]))]
-        level = [int(meta[_META_ROOT:_META_ROOT + 8].copy().view("<u8")[0])]
+        pages = _page_reader(fd, psize)
+        level = [_root(pages)]
         while True:
             found = pages(level)
             flags = found[:, 10:12].copy().view("<u2")[:, 0]
@@ -77,6 +67,60 @@ def value_places(path: str, psize: int, count: int, leaf_pages: int) -> tuple[np
                      | head[:, 2].astype(np.int64) << 32).tolist()
     finally:
         os.close(fd)
+
+
+def key_places(path: str, psize: int, keys: list[bytes]) -> dict[bytes, tuple[int, int]]:
+    """(file offset, length) of the values of ``keys`` (those present), found by descending
+    the B-tree: a few pages per key, whatever the size of the file."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pages = _page_reader(fd, psize)
+        places = {}
+        for key in keys:
+            pgno = _root(pages)
+            for _ in range(64):   # a B-tree of 64 levels would hold more than any file
+                page = pages([pgno])
+                nodes = [(at, *_node(page[0], at)) for at in _nodes(page)[1].tolist()]
+                if page[0, 10] & P_LEAF:
+                    places.update({key: _place(at, head, pgno, psize, page[0]) for at, head, k in nodes if k == key})
+                    break
+                below = [head for at, head, k in nodes if k <= key] or [nodes[0][1]]   # node 0's key is empty
+                pgno = below[-1][0] | below[-1][1] << 16 | below[-1][2] << 32
+        return places
+    finally:
+        os.close(fd)
+
+
+def _page_reader(fd: int, psize: int):
+    def pages(numbers: list[int]) -> np.ndarray:
+        """The pages ``numbers`` as a (pages, psize) array, read in parallel, not one by one."""
+        if hasattr(os, "posix_fadvise"):
+            for pgno in numbers:
+                os.posix_fadvise(fd, pgno * psize, psize, os.POSIX_FADV_WILLNEED)
+        data = [os.pread(fd, psize, pgno * psize) for pgno in numbers]
+        if any(len(d) != psize for d in data):
+            raise LayoutError("a page lies past the end of the file")
+        return np.frombuffer(b"".join(data), dtype=np.uint8).reshape(len(numbers), psize)
+    return pages
+
+
+def _root(pages) -> int:
+    """The main database's root page, from the newer meta page."""
+    metas = pages([0, 1])
+    meta = metas[int(np.argmax(metas[:, _META_TXNID:_META_TXNID + 8].copy().view("<u8")[:, 0]))]
+    return int(meta[_META_ROOT:_META_ROOT + 8].copy().view("<u8")[0])
+
+
+def _node(page: np.ndarray, at: int) -> tuple[tuple[int, int, int, int], bytes]:
+    head = tuple(int(x) for x in page[at:at + 8].copy().view("<u2"))
+    return head, page[at + 8:at + 8 + head[3]].tobytes()
+
+
+def _place(at: int, head: tuple, pgno: int, psize: int, page: np.ndarray) -> tuple[int, int]:
+    data = at + 8 + head[3]
+    if head[2] & F_BIGDATA:
+        return int(page[data:data + 8].copy().view("<u8")[0]) * psize + PAGE_HEADER, head[0] | head[1] << 16
+    return pgno * psize + data, head[0] | head[1] << 16
 
 
 def _nodes(found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
