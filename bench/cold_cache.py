@@ -16,8 +16,9 @@ a full epoch of FeedLoader (batch 64, ``--size`` random-resized crops, 2 threads
 - decode rows: the loader as it is (decoder "auto"); on this 2-core machine decoding is
   the bottleneck, so they show what the order costs a CPU-bound loader;
 - read rows: the same loader with a decoder that does no work (every record is still
-  read and checksummed): the store's read rate in that order, what a loader whose
-  decoding keeps up (a GPU decoder, many cores) would see.
+  read and checksummed) and 16x16 outputs (so that normalizing does not cost either):
+  the store's read rate in that order, what a loader whose decoding keeps up (a GPU
+  decoder, many cores) would see.
 
 Orders: random; quasi-random with the loader's block and window (16 records, 256 blocks);
 quasi-random with ``page_aware_sizes`` (blocks of ~2 MiB). Rounds are interleaved; rates
@@ -50,6 +51,7 @@ from bench.machine import machine_info, machine_line  # noqa: E402
 
 QUICK = {"n": 600, "classes": 6, "repeats": 1, "size": 64}
 BATCH, THREADS = 64, 2
+READ_SIZE = 16
 TIMES_RANDOM, SHARE_OF_WARM = 2.0, 0.8
 
 
@@ -142,9 +144,7 @@ def measure(path: str, rows_settings: list[Setting], repeats: int, size: int, fm
     for round_ in range(repeats):
         for setting in rows_settings:
             for cold in (False, True):
-                if round_ and not setting.reading_only and repeats > 1 and round_ >= 1:
-                    continue   # decode epochs are long: one round of them
-                result = epoch(path, setting, cold, size)
+                result = epoch(path, setting, cold, READ_SIZE if setting.reading_only else size)
                 runs.setdefault((setting.name, cold), []).append(result)
                 say(f"  {fmt} {setting.name}, {'cold' if cold else 'warm'}: {result['rate']:,.0f} img/s "
                     f"(resident before {result['resident_before']:.0%}, read {result['read_bytes'] / 2**20:,.0f} MiB)")
@@ -192,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--classes", type=int, help="classes to generate (default 100)")
     p.add_argument("--formats", default="lmdb,hdf5", help="formats to pack and measure (default both)")
     p.add_argument("--decode-formats", default="lmdb", help="formats with decode rows too (default lmdb)")
-    p.add_argument("--repeats", type=int, help="interleaved rounds of the read rows (default 2; decode rows: 1)")
-    p.add_argument("--size", type=int, help="crop size (default 224)")
+    p.add_argument("--repeats", type=int, help="interleaved rounds (default 2)")
+    p.add_argument("--size", type=int, help="crop size of the decode rows (default 224; read rows: 16)")
     p.add_argument("--quick", action="store_true", help=f"a tiny run for tests: {QUICK}")
     p.add_argument("--cache-dir", help="where the data is kept (default ~/.cache/feedline)")
     p.add_argument("--out", help="JSON path (default bench/results/cold_cache.json)")
