@@ -139,6 +139,23 @@ def test_training_samples_are_torchvisions_crops_flipped_by_the_draw(store_path,
     assert orders[0] != orders[1] and orders[0] != list(range(N)), "shuffled, differently each epoch"
 
 
+def test_scale_ratio_and_flip_reach_the_crops(store_path, oracle):
+    """Non-default scale and ratio ranges give torchvision's crops for those ranges; flip=False
+    never flips."""
+    scale, ratio = (0.3, 0.45), (0.8, 1.25)
+    got = samples(loader_for(store_path, scale=scale, ratio=ratio, flip=False), 4)
+    errors = []
+    for index, image in got:
+        im = oracle.images[index]
+        (top, left, h, w), _ = oracles.train_params(SEED, 4, index, im.height, im.width, scale, ratio)
+        want = np.asarray(im.crop((left, top, left + w, top + h)).resize((SIZE, SIZE), Image.BILINEAR),
+                          dtype=np.float32)
+        error = difference(image, want)
+        assert error < 0.6 * difference(image, want[:, ::-1]), f"record {index} flipped"
+        errors.append(error)
+    assert_close(errors, "scale, ratio, flip=False")
+
+
 def test_evaluation_samples_are_resize_and_center_crop_without_flips(store_path, oracle):
     loader = loader_for(store_path, train=False, shuffle=False)
     first = None
@@ -208,7 +225,7 @@ def damage_record(src: str, dst: str, index: int) -> None:
         fh.write(data.replace(middle, bytes(b ^ 0x5A for b in middle)))
 
 
-def test_a_substituted_record_carries_the_substitutes_label_and_pixels(store_path, oracle, tmp_path):
+def test_a_substituted_record_carries_the_substitutes_label_and_pixels(store_path, oracle, tmp_path, caplog):
     epoch = 1
     # a bad record whose substitute is a bright crop, so that black pixels would be far off
     bad = next(b for b in range(N)
@@ -231,6 +248,9 @@ def test_a_substituted_record_carries_the_substitutes_label_and_pixels(store_pat
     assert difference(image, oracle.train(substitute, epoch)) < CLOSE_AT_WORST
     twin = [img for k, (i, img) in enumerate(got) if i == substitute and k != record.batch * 4 + record.position]
     assert np.array_equal(image, twin[0]), "the substitute is exactly the substitute's ordinary sample"
+    # one warning for the epoch: the ledger's line, naming the file
+    lines = [r.getMessage() for r in caplog.records if "bad record" in r.getMessage()]
+    assert lines == [loader.stats.ledger.summary(damaged)] and lines[0].startswith(damaged)
 
 
 # -- batches the caller keeps, and resume ---------------------------------------------------------
