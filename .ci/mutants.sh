@@ -18,9 +18,10 @@ MUTMUT=$(dirname "$PY")/mutmut
 WORK=${MUTANTS_DIR:-${TMPDIR:-/tmp}/feedline-mutants}
 JOBS=${MUTANTS_JOBS:-1}
 
-# area -> "modules to mutate (globs) | tests to run". The CUDA prefetcher and DALI's graph
-# are left out: on a machine without a GPU no test reaches them (make gpu-check covers them).
-LOADER_TESTS="tests/test_loader.py tests/test_loader_oracles.py tests/test_sources_ledger.py tests/test_sources_decode_queue.py"
+# area -> "modules to mutate (globs) | tests to run". The CUDA prefetcher, the GPU decoder
+# and DALI's graph are left out: without a GPU no test reaches them (make gpu-check does).
+LOADER_TESTS="tests/test_loader.py tests/test_loader_oracles.py tests/test_mutants_loader.py
+              tests/test_sources_ledger.py tests/test_sources_decode_queue.py"
 declare -A AREAS=(
   [order]="feedline/order.py | tests/test_order.py tests/test_properties.py"
   [augment]="feedline/augment.py | tests/test_augment.py tests/test_properties.py"
@@ -28,9 +29,11 @@ declare -A AREAS=(
   [plan]="feedline/plan.py | tests/test_properties.py $LOADER_TESTS"
   [loader]="feedline/loader.py feedline/ledger.py | $LOADER_TESTS"
   [sources]="feedline/sources/threads.py feedline/sources/decode_queue.py feedline/sources/host_finisher.py
-             feedline/sources/records.py feedline/sources/ring.py feedline/sources/dali.py | $LOADER_TESTS"
+             feedline/sources/records.py feedline/sources/ring.py | $LOADER_TESTS"
+  [dali]="feedline/sources/dali.py feedline/sources/known_bad.py |
+          tests/test_dali.py tests/test_sources_ledger.py tests/test_loader_oracles.py"
 )
-ORDER=(order augment substitute plan loader sources)
+ORDER=(order augment substitute plan loader sources dali)
 
 if [[ ! -x $MUTMUT ]]; then
   echo "mutants: $MUTMUT not found; install it: $PY -m pip install 'mutmut>=3.8,<4'" >&2

@@ -213,16 +213,31 @@ def test_uneven_shards_split_an_epoch_exactly(store_path):
 
 # -- a bad record ---------------------------------------------------------------------------------
 
-def damage_record(src: str, dst: str, index: int) -> None:
-    """Copy the store and flip 64 bytes in the middle of record ``index``'s JPEG data
+def damage_record(src: str, dst: str, *indices: int) -> None:
+    """Copy the store and flip 64 bytes in the middle of each record's JPEG data
     (everywhere they occur: an LMDB file may keep a stale copy in a free page)."""
-    shutil.copyfile(src, dst)
-    record = bytes(open_dataset(src).read(index))
-    middle = record[len(record) // 2:len(record) // 2 + 64]
-    data = open(dst, "rb").read()
-    assert middle in data, "the record's bytes are stored in one piece"
+    store = open_dataset(src)
+    data = open(src, "rb").read()
+    for index in indices:
+        record = bytes(store.read(index))
+        middle = record[len(record) // 2:len(record) // 2 + 64]
+        assert middle in data, "the record's bytes are stored in one piece"
+        data = data.replace(middle, bytes(b ^ 0x5A for b in middle))
     with open(dst, "wb") as fh:
-        fh.write(data.replace(middle, bytes(b ^ 0x5A for b in middle)))
+        fh.write(data)
+
+
+def first_good_substitute(index: int, epoch: int, damaged: set[int]) -> int | None:
+    """The documented rule: attempt 0, 1, ... until a substitute that is not bad itself."""
+    for attempt in range(16):
+        pick = oracles.substitute_index(SEED, epoch, index, attempt, N)
+        if pick not in damaged:
+            return pick
+    return None
+
+
+# The thread source and DALI (CPU operators here) share the substitute rule and the ledger.
+DECODERS = ["auto", pytest.param("dali", marks=pytest.mark.dali)]
 
 
 def test_a_substituted_record_carries_the_substitutes_label_and_pixels(store_path, oracle, tmp_path, caplog):
@@ -298,3 +313,39 @@ def test_resume_mid_epoch_yields_exactly_the_remaining_batches(store_path):
     assert len(after) == len(reference[2])
     for (x, y), (rx, ry) in zip(after, reference[2]):
         assert torch.equal(y, ry) and torch.equal(x, rx)
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_a_substitute_that_is_bad_too_gives_way_to_the_next_attempt(store_path, oracle, tmp_path, decoder):
+    epoch = 2
+    # a bad record whose first substitute is bad too, and whose second is a third record
+    bad = next(b for b in range(N) if oracles.substitute_index(SEED, epoch, b, 1, N)
+               not in (b, oracles.substitute_index(SEED, epoch, b, 0, N)))
+    also_bad = oracles.substitute_index(SEED, epoch, bad, 0, N)
+    damaged = str(tmp_path / ("damaged" + os.path.splitext(store_path)[1]))
+    damage_record(store_path, damaged, bad, also_bad)
+    loader = loader_for(damaged, on_error="substitute", batch_size=4, decoder=decoder)
+    got = samples(loader, epoch)
+    assert len(got) == N
+    records = {r.index: r for r in loader.stats.bad_records}
+    assert set(records) == {bad, also_bad}
+    for index in (bad, also_bad):
+        record = records[index]
+        want = first_good_substitute(index, epoch, {bad, also_bad})
+        assert record.substitute == want and record.reason == "checksum mismatch"
+        delivered, image = got[record.batch * 4 + record.position]
+        assert delivered == want
+        assert difference(image, oracle.train(want, epoch)) < CLOSE_AT_WORST
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_no_good_substitute_raises_naming_the_bad_record(store_path, tmp_path, decoder):
+    damaged = str(tmp_path / ("damaged" + os.path.splitext(store_path)[1]))
+    damage_record(store_path, damaged, *range(N))
+    loader = loader_for(damaged, on_error="substitute", batch_size=4, decoder=decoder)
+    with pytest.raises(Exception) as info:
+        samples(loader, 0)
+    error = info.value
+    assert 0 <= error.index < N and error.path == f"class_{error.index:03d}/img_{error.index:07d}.jpg"
+    assert f"record {error.index} ({error.path})" in str(error) and damaged in str(error)
+    assert any(r.index == error.index and r.substitute is None for r in loader.stats.bad_records)
