@@ -32,8 +32,14 @@ declare -A AREAS=(
              feedline/sources/records.py feedline/sources/ring.py | $LOADER_TESTS"
   [dali]="feedline/sources/dali.py feedline/sources/known_bad.py |
           tests/test_dali.py tests/test_sources_ledger.py tests/test_loader_oracles.py"
+  [stores]="feedline/stores/base.py feedline/stores/lmdb_store.py feedline/stores/hdf5_store.py
+            feedline/stores/folder_store.py feedline/stores/sharded_store.py feedline/stores/__init__.py |
+            tests/test_stores.py tests/test_checksums.py tests/test_shards.py"
+  [journal]="converters/journal.py converters/packer.py converters/writer_base.py converters/lmdb_writer.py
+             converters/hdf5_writer.py | tests/test_pack_resume.py tests/test_pack.py tests/test_disk_full.py"
+  [verify]="feedline/verify.py | tests/test_info_verify.py tests/test_checksums.py"
 )
-ORDER=(order augment substitute plan loader sources dali)
+ORDER=(order augment substitute plan loader sources dali stores journal verify)
 
 if [[ ! -x $MUTMUT ]]; then
   echo "mutants: $MUTMUT not found; install it: $PY -m pip install 'mutmut>=3.8,<4'" >&2
