@@ -138,13 +138,15 @@ def test_save_every_writes_mid_epoch_checkpoints(toy, tmp_path):
     assert [(r["step"], r["mid_epoch"]) for r in saves] == [(2, True), (4, True), (6, False)]
 
 
-def test_resume_refuses_other_options(toy, tmp_path, capsys):
-    assert run([toy["train"], *FAST, "--epochs", "1", "--synthetic-steps", "0", "--max-steps", "2",
-                "--out", tmp_path]) == 0
-    assert run([toy["train"], *FAST, "--epochs", "1", "--synthetic-steps", "0", "--seed", "5",
-                "--out", tmp_path, "--resume"]) == 2
-    err = capsys.readouterr().err
-    assert "--seed 0, this run has 5" in err and err.count("\n") == 1
+def test_order_reaches_the_loader_and_resume_refuses_other_options(toy, tmp_path, capsys):
+    common = [toy["train"], *FAST, "--epochs", "1", "--synthetic-steps", "0"]
+    assert run([*common, "--order", "quasi-random", "--max-steps", "2", "--out", tmp_path]) == 0
+    assert _weights(tmp_path)["loader"]["order"] == "quasi-random"
+    for other, said in ((["--seed", "5"], "--seed 0, this run has 5"),
+                        ([], "--order quasi-random, this run has random")):
+        err = one_line_error(capsys, [*common, *other, "--out", tmp_path, "--resume"])
+        assert said in err
+    assert run([*common, "--order", "quasi-random", "--out", tmp_path, "--resume"]) == 0
 
 
 # -- bad input -----------------------------------------------------------------------------

@@ -69,6 +69,21 @@ def test_sigkill_at_random_points_then_resume_gives_the_same_weights(data, tmp_p
     assert_same_weights(out, reference)
 
 
+def test_sigterm_ends_the_run_with_one_line_that_names_the_checkpoint(data, tmp_path):
+    out = tmp_path / "run"
+    job = Job(feedline_train(data, *FAST, *LONG, "--save-every", "2", "--out", out), tmp_path / "run.log")
+    wait_for_checkpoint(out, job, 4)
+    job.proc.send_signal(signal.SIGTERM)
+    assert job.wait(30) == 2
+    last = job.output().strip().splitlines()[-1]
+    saved = checkpoint.load(str(out / "checkpoint.pt"))["progress"]
+    assert last.startswith("feedline train: error: the run stopped by SIGTERM at epoch "), last
+    where = f"(epoch {saved['epoch'] + 1}, step {saved['step']})"
+    assert f"the last checkpoint, {out / 'checkpoint.pt'} {where}, is whole" in last
+    assert "--resume" in last and "Traceback" not in job.output()
+    assert not [f for f in os.listdir(out) if ".tmp-" in f]
+
+
 # -- torchrun: a rank dies, a node dies, a node hangs ------------------------------------
 
 def test_a_rank_killed_under_torchrun_ends_the_job_and_resume_continues(data, tmp_path):
@@ -82,7 +97,7 @@ def test_a_rank_killed_under_torchrun_ends_the_job_and_resume_continues(data, tm
     text = job.output()
     assert rc != 0 and ended_in < 20, (ended_in, text[-3000:])  # torchrun stops the others at once
     # Rank 0 either sees the closed connection first or torchrun's SIGTERM: one line either way.
-    line = next(ln for ln in text.splitlines() if ln.startswith("feedline train: error: rank 0 of 2"))
+    line = job.error_line()
     assert ("lost the other ranks" in line or "stopped by SIGTERM" in line), line
     assert "checkpoint.pt (epoch" in line and "--resume" in line
     assert "[rank0]: Traceback" not in text  # torchrun prefixes a worker's traceback with its rank

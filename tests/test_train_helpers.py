@@ -112,6 +112,13 @@ class Job:
         with open(self.log, encoding="utf-8", errors="replace") as fh:
             return fh.read()
 
+    def error_line(self, start: str = "feedline train: error: rank 0 of 2") -> str:
+        """The line of the output that starts with ``start``; fails with the output without one."""
+        text = self.output()
+        lines = [ln for ln in text.splitlines() if ln.startswith(start)]
+        assert len(lines) == 1, text[-4000:]
+        return lines[0]
+
     def wait(self, timeout: float) -> int:
         try:
             return self.proc.wait(timeout=timeout)

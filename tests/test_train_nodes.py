@@ -45,10 +45,11 @@ def test_a_node_killed_mid_epoch_ends_the_other_node(data, tmp_path):
     node1.kill()  # the agent and its worker at once: the machine is gone
     t0 = time.monotonic()
     rc = node0.wait(60)
-    assert rc != 0 and time.monotonic() - t0 < 20
-    text = node0.output()
-    line = next(ln for ln in text.splitlines() if ln.startswith("feedline train: error: rank 0 of 2"))
-    assert "lost the other ranks" in line and "Connection" in line and "--resume" in line, line
+    ended_in = time.monotonic() - t0
+    assert rc != 0 and ended_in < 20, (ended_in, node0.output()[-4000:])
+    line = node0.error_line()
+    # The closed connection ends it ("Connection reset by peer", "Broken pipe"...), not the timeout.
+    assert "lost the other ranks" in line and "Timed out" not in line and "--resume" in line, line
     assert checkpoint.load(str(out / "checkpoint.pt"))["progress"]["step"] >= saved
     # --resume from it: test_train_faults.py resumes after a dead rank, to the same weights.
 
@@ -67,7 +68,7 @@ def test_a_hung_node_ends_the_other_after_the_timeout(data, tmp_path):
         ended_in = time.monotonic() - t0
     finally:
         node1.kill()
-    assert rc != 0 and 4 < ended_in < 25, ended_in
-    line = next(ln for ln in node0.output().splitlines() if ln.startswith("feedline train: error: rank 0 of 2"))
+    assert rc != 0 and 4 < ended_in < 25, (ended_in, node0.output()[-4000:])
+    line = node0.error_line()
     assert "Timed out" in line and "did not answer for --timeout 5 s" in line, line
     assert checkpoint.load(str(out / "checkpoint.pt"))["progress"]["step"] >= 4

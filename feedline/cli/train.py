@@ -11,7 +11,7 @@ import logging
 import sys
 
 from ..errors import FeedlineError
-from ..train.config import TrainConfig
+from ..train.config import TrainConfig, TrainError
 from .options import add_dataclass_arguments, config_from_args
 
 DESCRIPTION = (
@@ -41,7 +41,12 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from ..train import train
     cfg = config_from_args(TrainConfig, args)
-    result = train(cfg)
+    try:
+        result = train(cfg)
+    except FeedlineError as exc:  # e.g. a bad record under --on-error raise: in the words of the flags
+        if "on_error='substitute'" not in str(exc):
+            raise
+        raise TrainError(str(exc).replace("on_error='substitute'", "--on-error substitute")) from None
     if result.metrics is None:  # not rank 0: rank 0 speaks for the job
         return 0
     if result.history:

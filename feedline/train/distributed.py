@@ -3,6 +3,7 @@ DataParallel: one process per GPU has no GIL contention and no scatter/gather on
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -81,8 +82,15 @@ def init(requested_device: str = "auto", env: Mapping[str, str] | None = None,
 
 
 def cleanup(info: DistInfo) -> None:
-    """Destroy the process group if this run created it (a caller's own group stays)."""
+    """Destroy the process group if this run created it (a caller's own group stays).
+
+    DDP models must be gone first: a DDP Reducer still alive when the group is destroyed
+    makes the process abort at exit now and then ("terminate called without an active
+    exception", SIGABRT after a successful run; about 1 run in 5 with torch 2.13 and gloo,
+    none in 20 once the Reducer is collected first). DDP holds reference cycles, hence
+    the collection."""
     if info.owns_group and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

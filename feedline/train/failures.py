@@ -9,6 +9,7 @@ import contextlib
 import re
 import signal
 import threading
+from typing import Callable
 
 import torch.distributed as dist
 
@@ -25,6 +26,20 @@ class Terminated(BaseException):
     Exception`` on the way swallows it."""
 
 
+class _Sigterm:
+    """The SIGTERM handler and whether it may interrupt now; process-wide, as signals are."""
+
+    def __init__(self):
+        self.quiet = False
+
+    def handler(self, signum, frame):
+        if not self.quiet:
+            raise Terminated(signum)
+
+
+_SIGTERM = _Sigterm()
+
+
 @contextlib.contextmanager
 def sigterm_raises():
     """While inside, SIGTERM raises Terminated in the main thread (so the run can close its
@@ -33,15 +48,23 @@ def sigterm_raises():
             or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
         yield
         return
-
-    def handler(signum, frame):
-        raise Terminated(signum)
-
-    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGTERM, _SIGTERM.handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def sigterm_ignored():
+    """While inside, SIGTERM does not interrupt: for a run that is already ending (closing its
+    loaders after an error), whose first error is the one to report. torchrun sends SIGTERM
+    to every worker once one fails, often just then."""
+    before, _SIGTERM.quiet = _SIGTERM.quiet, True
+    try:
+        yield
+    finally:
+        _SIGTERM.quiet = before
 
 
 def is_peer_failure(exc: BaseException, info: DistInfo) -> bool:
@@ -61,24 +84,37 @@ def _gist(exc: BaseException) -> str:
     return text.split(". This is typically")[0].rstrip(". ")
 
 
-def _resume_hint(checkpoint: str, saved: tuple[int, int] | None) -> str:
-    if saved is None:
-        return (f"no checkpoint was saved by this run yet ({checkpoint} is written after each epoch, "
-                "and every --save-every steps)")
-    epoch, step = saved
-    return (f"the last checkpoint, {checkpoint} (epoch {epoch + 1}, step {step}), is whole: run the same "
-            "command again with --resume to continue from it")
+@contextlib.contextmanager
+def explained(info: DistInfo, timeout_s: float, where: Callable[[], str], resume_hint: Callable[[], str]):
+    """Turns, inside, SIGTERM and a collective that lost its peers into one TrainError line
+    each, which says where the run stood (``where()``) and what to continue from
+    (``resume_hint()``). Any other error passes unchanged."""
+    error = None
+    try:
+        yield
+    except Terminated:
+        with sigterm_ignored():
+            error = terminated(info, where(), resume_hint())
+    except Exception as exc:
+        with sigterm_ignored():
+            if not is_peer_failure(exc, info):
+                raise
+            error = peer_lost(exc, info, where(), timeout_s, resume_hint())
+    # Raised here, outside the handler, so that the error does not keep the failed one (and
+    # through its traceback the DDP model) alive while the process group is torn down.
+    if error is not None:
+        with sigterm_ignored():
+            raise error
 
 
-def peer_lost(exc: BaseException, info: DistInfo, where: str, timeout_s: float, checkpoint: str,
-              saved: tuple[int, int] | None) -> TrainError:
+def peer_lost(exc: BaseException, info: DistInfo, where: str, timeout_s: float, resume_hint: str) -> TrainError:
     return TrainError(f"rank {info.rank} of {info.world_size} lost the other ranks at {where}: {_gist(exc)}. "
                       f"Another rank or node died, or did not answer for --timeout {timeout_s:g} s "
-                      f"(see the first error in the job's logs); {_resume_hint(checkpoint, saved)}")
+                      f"(see the first error in the job's logs); {resume_hint}")
 
 
-def terminated(info: DistInfo, where: str, checkpoint: str, saved: tuple[int, int] | None) -> TrainError:
+def terminated(info: DistInfo, where: str, resume_hint: str) -> TrainError:
     who = f"rank {info.rank} of {info.world_size}" if info.distributed else "the run"
     why = ("torchrun stops every worker when one fails: its report names the rank that failed first; "
            "or a job scheduler stopped the job" if info.distributed else "a job scheduler or a user stopped it")
-    return TrainError(f"{who} stopped by SIGTERM at {where} ({why}); {_resume_hint(checkpoint, saved)}")
+    return TrainError(f"{who} stopped by SIGTERM at {where} ({why}); {resume_hint}")

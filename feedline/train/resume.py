@@ -21,14 +21,17 @@ from .report import Reporter
 from .step import StepRunner
 
 # What a resumed run must share with the run that saved: else the schedule, the data
-# order or the meaning of a step would differ.
-_SAME = ("arch", "batch_size", "accum_steps", "seed", "epochs")
+# order or the meaning of a step would differ. The value: what a checkpoint written before
+# the option existed meant.
+_SAME = {"arch": None, "batch_size": None, "accum_steps": None, "seed": None, "epochs": None,
+         "order": "random"}
 
 
 class Checkpoints:
     """Saves the run's state (collective when distributed: the epoch's loss is summed over
-    ranks; only rank 0 writes) and restores it. ``saved`` is the (epoch, step) of the newest
-    checkpoint this run wrote or resumed from, for error messages on every rank."""
+    ranks; only rank 0 writes) and restores it. ``saved``: the (epoch, step) of the newest
+    checkpoint this process wrote completely or resumed from (None on the other ranks until
+    a resume: they cannot know whether rank 0's latest write finished)."""
 
     def __init__(self, cfg: TrainConfig, info: DistInfo, reporter: Reporter, num_classes: int,
                  steps_per_epoch: int):
@@ -36,6 +39,7 @@ class Checkpoints:
         self.num_classes, self.steps_per_epoch = num_classes, steps_per_epoch
         self.path = cfg.checkpoint_path
         self.saved: tuple[int, int] | None = None
+        self.begun = False  # a checkpoint exists or is being written: resumed, or a save started
         if info.is_main:
             checkpoint.remove_stale_temporaries(self.path)
 
@@ -43,7 +47,7 @@ class Checkpoints:
              history: list[dict]) -> None:
         """``loader_state`` None: at an epoch boundary (``progress`` already at the next epoch)."""
         loss_sum, samples = sum_over_ranks([progress.loss_sum, progress.samples], self.info)
-        self.saved = (progress.epoch, progress.step)
+        self.begun = True
         if not self.info.is_main:
             return
         # Each rank restores 1/world of the epoch's totals, so their sum stays right.
@@ -59,15 +63,16 @@ class Checkpoints:
             "history": history,
         }
         checkpoint.save(state, self.path)
+        self.saved = (progress.epoch, progress.step)
         self.reporter.event("checkpoint", path=self.path, epoch=progress.epoch, step=progress.step,
                             mid_epoch=loader_state is not None)
 
     def check(self, state: dict) -> None:
         """TrainError when ``state`` cannot continue this run, naming what differs."""
         where, saved = self.cfg.resume_path, state.get("config", {})
-        for key in _SAME:
-            if saved.get(key) != getattr(self.cfg, key):
-                raise TrainError(f"{where} was written with --{key.replace('_', '-')} {saved.get(key)}, "
+        for key, before in _SAME.items():
+            if saved.get(key, before) != getattr(self.cfg, key):
+                raise TrainError(f"{where} was written with --{key.replace('_', '-')} {saved.get(key, before)}, "
                                  f"this run has {getattr(self.cfg, key)}; resume with the same options")
         if state.get("num_classes") != self.num_classes:
             raise TrainError(f"{where} has {state.get('num_classes')} classes, the data "
@@ -93,8 +98,20 @@ class Checkpoints:
             runner.scaler.load_state_dict(state["scaler"])
         _set_rng_state(state["rng"])
         progress = Progress(**state["progress"])
-        self.saved = (progress.epoch, progress.step)
+        self.saved, self.begun = (progress.epoch, progress.step), True
         return progress, state["loader"]
+
+    def resume_hint(self) -> str:
+        """What a run that stops now can continue from, for its last words."""
+        if self.saved is not None and self.info.is_main:
+            epoch, step = self.saved
+            return (f"the last checkpoint, {self.path} (epoch {epoch + 1}, step {step}), is whole: run the "
+                    "same command again with --resume to continue from it")
+        if self.begun:
+            return (f"the last checkpoint rank 0 finished, {self.path}, is whole: run the same command "
+                    "again with --resume to continue from it")
+        return (f"no checkpoint was saved by this run yet ({self.path} is written after each epoch, and "
+                "every --save-every steps)")
 
 
 def _rng_state() -> dict:

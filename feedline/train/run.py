@@ -13,7 +13,6 @@ import os
 import torch
 from torch import nn
 
-from ..errors import FeedlineError
 from . import checkpoint, distributed, failures
 from .config import TrainConfig, TrainError
 from .data import Data, make_loader, open_data
@@ -50,34 +49,26 @@ class Trainer:
     def run(self) -> TrainResult:
         """Train; a dead or silent peer and SIGTERM end the run as one TrainError line each."""
         try:
-            if self.cfg.synthetic:
-                return run_synthetic_only(place_model(self.cfg, self.info, self.data.num_classes), self.cfg,
-                                          self.info, self.amp, self.lr, self.data.num_classes, self.input_dtype,
-                                          self.reporter, self.result)
-            return self._run()
-        except failures.Terminated:
-            raise failures.terminated(self.info, self._where(), *self._last_checkpoint()) from None
-        except FeedlineError as exc:  # e.g. a bad record under --on-error raise: say it in flags
-            if "on_error='substitute'" not in str(exc):
-                raise
-            raise TrainError(str(exc).replace("on_error='substitute'", "--on-error substitute")) from None
-        except Exception as exc:
-            if failures.is_peer_failure(exc, self.info):
-                raise failures.peer_lost(exc, self.info, self._where(), self.cfg.timeout,
-                                         *self._last_checkpoint()) from None
-            raise
+            with failures.explained(self.info, self.cfg.timeout, self._where, self._resume_hint):
+                if self.cfg.synthetic:
+                    raw = place_model(self.cfg, self.info, self.data.num_classes)
+                    return run_synthetic_only(raw, self.cfg, self.info, self.amp, self.lr, self.data.num_classes,
+                                              self.input_dtype, self.reporter, self.result)
+                return self._run()
         finally:
-            for loader in (self.train_loader, self.val_loader):
-                if loader is not None:
-                    loader.close()
-            self.reporter.close()
+            with failures.sigterm_ignored():  # torchrun's SIGTERM to the survivors often comes now
+                for loader in (self.train_loader, self.val_loader):
+                    if loader is not None:
+                        loader.close()
+                self.reporter.close()
 
     def _where(self) -> str:
         return f"epoch {self.progress.epoch + 1}, step {self.progress.step}"
 
-    def _last_checkpoint(self) -> tuple[str, tuple[int, int] | None]:
-        saved = self.checkpoints.saved if self.checkpoints is not None else None
-        return self.cfg.checkpoint_path, saved
+    def _resume_hint(self) -> str:
+        if self.checkpoints is None:
+            return "nothing was trained or saved yet"
+        return self.checkpoints.resume_hint()
 
     # -- set-up ------------------------------------------------------------------------
     def _warn_about_options(self) -> None:
@@ -134,7 +125,10 @@ class Trainer:
 
         while progress.epoch < cfg.epochs:
             if loader_state is not None:       # mid-epoch resume: the loader continues where it stood
-                loader.load_state_dict(loader_state)
+                try:
+                    loader.load_state_dict(loader_state)
+                except ValueError as exc:
+                    raise TrainError(f"{cfg.resume_path}: {exc}") from None
                 loader_state = None
             else:
                 progress.micro, progress.loss_sum, progress.samples = 0, 0.0, 0
@@ -191,11 +185,13 @@ def train(cfg: TrainConfig, env=None) -> TrainResult:
             try:
                 trainer = Trainer(cfg, info)
             except BaseException:
-                distributed.cleanup(info)
+                with failures.sigterm_ignored():
+                    distributed.cleanup(info)
                 raise
         except failures.Terminated:
             raise TrainError("stopped by SIGTERM while starting; nothing was trained or saved") from None
         try:
             return trainer.run()
         finally:
-            distributed.cleanup(info)
+            with failures.sigterm_ignored():
+                distributed.cleanup(info)
