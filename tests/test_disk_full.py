@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 
 import pytest
 from pack_helpers import committed, snapshot
@@ -26,27 +25,7 @@ def src(tmp_path_factory) -> str:
     return str(root)
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 512 KiB tmpfs at tmp_path/disk; ``grow()`` remounts it at 64 MiB."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"this container may not mount a tmpfs (root-only privilege): {done.stderr.strip()}")
-
-    class Disk:
-        path = mount
-
-        @staticmethod
-        def grow() -> None:
-            subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True)
-
-    yield Disk
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+SMALL_DISK = ("512k", "64m")  # the tmpfs of the small_disk fixture (conftest), and its grown size
 
 
 def source_bytes(src: str) -> int:

@@ -93,28 +93,8 @@ def test_a_file_that_is_not_a_training_checkpoint(tmp_path):
 
 # -- a full disk, for real -----------------------------------------------------------------
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 1.5 MiB tmpfs at tmp_path/disk: one tiny-CNN checkpoint fits, not two at once.
-    ``grow()`` remounts it at 32 MiB."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1536k", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"this container may not mount a tmpfs (root-only privilege): {done.stderr.strip()}")
-
-    class Disk:
-        path = mount
-
-        @staticmethod
-        def grow() -> None:
-            subprocess.run(["mount", "-o", "remount,size=32m", str(mount)], check=True)
-
-    yield Disk
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+# The small_disk fixture (conftest): one tiny-CNN checkpoint fits, not two at once.
+SMALL_DISK = ("1536k", "32m")
 
 
 def test_disk_full_while_writing_keeps_the_previous_checkpoint(small_disk):
