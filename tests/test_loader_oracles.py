@@ -76,10 +76,10 @@ class Oracle:
     def flipped(self, index: int, epoch: int) -> bool:
         return self.train_params(index, epoch)[1]
 
-    def evaluate(self, index: int, flip: bool = False) -> np.ndarray:
-        """torchvision: Resize(int(SIZE / 0.875)) (bilinear), then CenterCrop(SIZE)."""
+    def evaluate(self, index: int, flip: bool = False, crop_fraction: float = 0.875) -> np.ndarray:
+        """torchvision: Resize(int(SIZE / crop_fraction)) (bilinear), then CenterCrop(SIZE)."""
         im = self.images[index]
-        (rh, rw), (top, left, h, w) = oracles.eval_geometry(im.height, im.width, (SIZE, SIZE), 0.875)
+        (rh, rw), (top, left, h, w) = oracles.eval_geometry(im.height, im.width, (SIZE, SIZE), crop_fraction)
         out = im.resize((rw, rh), Image.BILINEAR).crop((left, top, left + w, top + h))
         if flip:
             out = out.transpose(Image.FLIP_LEFT_RIGHT)
@@ -156,21 +156,25 @@ def test_scale_ratio_and_flip_reach_the_crops(store_path, oracle):
     assert_close(errors, "scale, ratio, flip=False")
 
 
-def test_evaluation_samples_are_resize_and_center_crop_without_flips(store_path, oracle):
-    loader = loader_for(store_path, train=False, shuffle=False)
+@pytest.mark.parametrize("crop_fraction", [0.875, 0.6])
+def test_evaluation_samples_are_resize_and_center_crop_without_flips(store_path, oracle, crop_fraction):
+    loader = loader_for(store_path, train=False, shuffle=False, crop_fraction=crop_fraction)
     first = None
     for epoch in (0, 3):
         got = samples(loader, epoch)
         assert [i for i, _ in got] == list(range(N)), "evaluation visits the records in order"
         errors = []
         for index, image in got:
-            error = difference(image, oracle.evaluate(index))
-            assert error < 0.6 * difference(image, oracle.evaluate(index, flip=True)), f"record {index} flipped"
+            want = oracle.evaluate(index, crop_fraction=crop_fraction)
+            error = difference(image, want)
+            assert error < 0.6 * difference(image, want[:, ::-1]), f"record {index} flipped"
             # and not the random crop a training sample gets
             assert error < 0.6 * difference(image, oracle.train(index, epoch)) or \
-                difference(oracle.evaluate(index), oracle.train(index, epoch)) < 2 * CLOSE_ON_AVERAGE
+                difference(want, oracle.train(index, epoch)) < 2 * CLOSE_ON_AVERAGE
             errors.append(error)
-        assert_close(errors, f"evaluation epoch {epoch}")
+        assert_close(errors, f"evaluation epoch {epoch}, crop_fraction {crop_fraction}")
+        if crop_fraction != 0.875:   # the default's crop is another, visibly
+            assert np.mean([difference(image, oracle.evaluate(i)) for i, image in got]) > 2 * np.mean(errors)
         images = np.stack([image for _, image in got])
         if first is None:
             first = images

@@ -86,6 +86,12 @@ def test_one_record_loads_and_no_record_is_a_clear_error(tmp_path):
         small(empty)
 
 
+def test_repr_says_what_the_loader_reads_and_how(packed_lmdb):
+    loader = small(packed_lmdb, batch_size=16)
+    assert repr(loader) == (f"FeedLoader({loader.store.filename!r}, batch_size=16, decoder='opencv', threads=2, "
+                            "device='cpu', 3 batches/epoch)")
+
+
 # -- where the loader stands --------------------------------------------------------------------
 
 def test_iterating_again_after_a_break_starts_the_next_epoch(packed_lmdb, reference):
@@ -130,7 +136,8 @@ def test_resume_refusals_name_what_differs_and_what_to_do(packed_lmdb):
     state = small(packed_lmdb).state_dict()
     with pytest.raises(ValueError, match=r"the saved loader had seed=7, this one has 8"):
         small(packed_lmdb, seed=8).load_state_dict(state)
-    with pytest.raises(ValueError, match=r"version 9.*reads versions 1, 2.*Resume with the feedline that saved it"):
+    with pytest.raises(ValueError, match=r"version 9; this feedline reads versions 1, 2 \(it writes 2\)\. "
+                                         r"Resume with the feedline that saved it, or start the epoch afresh$"):
         small(packed_lmdb).load_state_dict({**state, "version": 9})
 
 
@@ -174,9 +181,11 @@ def test_the_ledger_summary_is_one_line_with_counts_and_the_first_few():
     few = BadRecordLedger()
     few.add(bad(1, substitute=None))
     few.add(bad(2, substitute=5))
-    line = few.summary("x.h5", shown=2)
-    assert line.startswith("x.h5: epoch 3: 2 bad record(s) (2 cannot decode): record 1 (a/1.jpg): cannot decode; ")
-    assert "more" not in line and few.substituted == 1
+    assert few.summary("x.h5", shown=2) == (
+        "x.h5: epoch 3: 2 bad record(s) (2 cannot decode): record 1 (a/1.jpg): cannot decode; "
+        "record 2 (a/2.jpg): cannot decode, replaced by record 5. "
+        "Check the file with `feedline verify`; loader.stats.bad_records lists them all")
+    assert few.substituted == 1
     assert BadRecordLedger().summary("e.h5").startswith("e.h5: epoch ?: 0 bad record(s) ()")
 
 
