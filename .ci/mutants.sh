@@ -82,16 +82,25 @@ EOF
   (cd "$dir" && "$MUTMUT" export-cicd-stats > /dev/null 2>&1 && "$MUTMUT" results > survivors.txt 2>&1) || true
   "$PY" - "$dir" "$area" <<'EOF'
 import json, sys
+from collections import Counter
 from pathlib import Path
 folder, area = Path(sys.argv[1]), sys.argv[2]
-s = json.loads((folder / "mutants" / "mutmut-cicd-stats.json").read_text())
-killed = s["killed"] + s["timeout"]
-tested = s["total"] - s["skipped"]
-line = (f"{area}: killed {killed} / {tested} mutants ({100 * killed / max(tested, 1):.1f}%), "
-        f"survived {s['survived']}, no tests {s['no_tests']}, suspicious {s['suspicious']}, "
-        f"timeout {s['timeout']}")
-print(line)
-(folder / "score.txt").write_text(line + "\n")
+# mutmut's exit codes (mutmut/stats.py): 1, 3 killed; 0 survived; 5, 33 no tests; SIGXCPU timeout
+KIND = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests",
+        -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", 36: "timeout"}
+lines = []
+for meta in sorted((folder / "mutants").rglob("*.py.meta")):
+    codes = list(json.loads(meta.read_text())["exit_code_by_key"].values())
+    if not codes:
+        continue
+    c = Counter(KIND.get(code, "other") for code in codes)
+    killed = c["killed"] + c["timeout"]
+    module = str(meta.relative_to(folder / "mutants"))[:-len(".meta")]
+    lines.append(f"{area}: {module}: killed {killed} / {len(codes)} ({100 * killed / len(codes):.1f}%), "
+                 f"survived {c['survived']}, no tests {c['no tests']}, timeout {c['timeout']}"
+                 + (f", other {c['other']}" if c["other"] else ""))
+print("\n".join(lines))
+(folder / "score.txt").write_text("\n".join(lines) + "\n")
 EOF
   sed 's/^/    /' "$dir/survivors.txt"
 done
