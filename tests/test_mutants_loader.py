@@ -10,6 +10,7 @@ import torch
 
 from feedline import FeedLoader
 from feedline.choices import DecoderName, OnError, Order
+from feedline.errors import BackendUnavailable
 from feedline.ledger import CHECKSUM, UNDECODABLE, BadRecord, BadRecordLedger
 from storefiles import make_records, write_lmdb
 
@@ -76,6 +77,11 @@ def test_order_overrides_shuffle_and_must_agree_with_it(packed_lmdb):
 def test_a_cuda_device_without_cuda_is_a_clear_error(packed_lmdb):
     with pytest.raises(Exception, match="CUDA is not available"):
         small(packed_lmdb, device="cuda")
+
+
+def test_the_gpu_decoder_on_a_cpu_device_is_a_clear_error(packed_lmdb):
+    with pytest.raises(BackendUnavailable, match="decoder='gpu' decodes on a CUDA device"):
+        small(packed_lmdb, decoder="gpu", device="cpu")
 
 
 def test_one_record_loads_and_no_record_is_a_clear_error(tmp_path):
