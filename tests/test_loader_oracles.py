@@ -353,3 +353,42 @@ def test_no_good_substitute_raises_naming_the_bad_record(store_path, tmp_path, d
     assert 0 <= error.index < N and error.path == f"class_{error.index:03d}/img_{error.index:07d}.jpg"
     assert f"record {error.index} ({error.path})" in str(error) and damaged in str(error)
     assert any(r.index == error.index and r.substitute is None for r in loader.stats.bad_records)
+
+
+def test_raise_mode_names_the_record_why_and_what_to_do(store_path, tmp_path):
+    damaged = str(tmp_path / ("damaged" + os.path.splitext(store_path)[1]))
+    damage_record(store_path, damaged, 3)
+    loader = loader_for(damaged, shuffle=False, batch_size=4)
+    with pytest.raises(Exception) as info:
+        samples(loader, 0)
+    error = info.value
+    assert (error.index, error.path) == (3, "class_003/img_0000003.jpg")
+    message = str(error)
+    assert message.startswith(f"record 3 (class_003/img_0000003.jpg) of {damaged}: checksum mismatch: ")
+    assert message.endswith("Check the file with `feedline verify`, or pass on_error='substitute'.")
+    [record] = loader.stats.bad_records
+    assert (record.index, record.substitute, record.reason) == (3, None, "checksum mismatch")
+    assert "checksum mismatch" in record.detail and (record.batch, record.position) == (0, 3)
+
+
+@pytest.mark.parametrize("channels_last,dtype", [(False, torch.float32), (True, torch.float16),
+                                                 (False, torch.bfloat16), (False, None)])
+def test_every_layout_and_dtype_holds_the_same_normalized_pixels(store_path, channels_last, dtype):
+    """(x / 255 - mean) / std of the uint8 samples, whatever the layout and dtype asked for;
+    uint8 (mean=None) in either layout is the uint8 samples themselves."""
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    common = dict(shuffle=False, train=False, batch_size=7)
+    raw = torch.cat([x for x, _ in loader_for(store_path, **common)]).float()
+    want = (raw / 255 - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
+    if dtype is None:   # uint8 output, NCHW contiguous
+        got = torch.cat([x for x, _ in loader_for(store_path, channels_last=channels_last, **common)])
+        assert got.dtype == torch.uint8 and got.is_contiguous() and torch.equal(got.float(), raw)
+        return
+    batches = list(loader_for(store_path, channels_last=channels_last, dtype=dtype, mean=mean, std=std,
+                              **common))
+    assert len(batches) == 3
+    got = torch.cat([x for x, _ in batches])
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    assert got.dtype == dtype and all(x.is_contiguous(memory_format=layout) for x, _ in batches)
+    tolerance = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}[dtype]
+    assert torch.allclose(got.float(), want, atol=tolerance, rtol=tolerance)
