@@ -163,6 +163,7 @@ def measure(path: str, rows_settings: list[Setting], repeats: int, size: int, fm
 def class_mix(labels: np.ndarray, block: int, window: int, batch: int = 256, seed: int = 0) -> dict:
     """Distinct classes per batch in random and quasi-random order over ``labels``."""
     from feedline.order import epoch_order, quasi_random_order
+    batch = min(batch, len(labels))   # a data set smaller than a batch: one batch
     n = len(labels) - len(labels) % batch
 
     def distinct(order):

@@ -1,7 +1,7 @@
 """Does quasi-random order cost accuracy? The demo's tiny model trained in random and in
 quasi-random order, a few seeds each.
 
-    python bench/order_quality.py [--seeds 5] [--epochs 2] [--windows 2,8] [--quick]
+    python bench/order_quality.py [--seeds 5] [--epochs 2] [--windows 2,8,16] [--quick]
                                   [--cache-dir DIR] [--out PATH]
 
 Data: the demo's (Makefile `demo`): 600 training and 120 validation photo-like JPEGs of 6
@@ -14,9 +14,11 @@ neighbours on disk: the worst case for a page-aware order).
    quasi-random order is a uniform shuffle here too.
 2. Windows smaller than the data set, which a large data set always has: the same model
    and data in a short training loop of this script over the loader's source with blocks
-   of 16 and windows of ``--windows`` blocks (32 and 128 records: a batch then draws from
-   2 and 8 places of the file, i.e. at most 2 and about 6 classes), against random order.
-   Each row also says how many classes a batch holds on average.
+   of 16 and windows of ``--windows`` blocks (32, 128 and 256 records: a batch then draws
+   from 2, 8 and 16 places of the file), against random order; SGD with momentum and a
+   cosine schedule, as the trainer's ends. Each row also says how many classes a batch
+   holds on average. The same small windows again over the images packed in a shuffled
+   order (a labels CSV names each file's class): neighbours on disk of mixed classes.
 
 Writes bench/results/order_quality.json. Accuracy is reported, never timed.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -57,6 +60,27 @@ def demo_data(cache_dir, train: int, val: int) -> tuple[str, str]:
     return str(out[0]), str(out[1])
 
 
+def shuffled_pack(cache_dir, train_folder: Path) -> str:
+    """The training images packed in a seeded random order (file k of the shuffle named
+    k.jpg, its class from a labels CSV): neighbours on disk are of mixed classes."""
+    import random
+    from converters import pack
+    root = train_folder.parent / "shuffled"
+    out = root / "train.lmdb"
+    if out.is_file():
+        return str(out)
+    files = sorted(p for p in train_folder.rglob("*.jpg"))
+    random.Random(0).shuffle(files)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    rows = ["path,label"]
+    for k, path in enumerate(files):
+        os.link(path, root / "images" / f"{k:05d}.jpg")
+        rows.append(f"{k:05d}.jpg,{path.parent.name}")
+    (root / "labels.csv").write_text("\n".join(rows) + "\n")
+    pack(str(root / "images"), str(out), labels_csv=str(root / "labels.csv"), progress=False)
+    return str(out)
+
+
 def trainer_run(train: str, val: str, order: str, seed: int, epochs: int, out: Path) -> dict:
     cmd = [sys.executable, "-m", "feedline", "train", train, "--val", val, "--arch", "tiny", "--size", str(SIZE),
            "--epochs", str(epochs), "--batch-size", str(BATCH), "--synthetic-steps", "0", "--order", order,
@@ -73,7 +97,7 @@ def loop_run(train: str, val: str, block: int | None, window: int | None, seed: 
     import torch
     import torch.nn.functional as F
 
-    from feedline import FeedLoader
+    from feedline import FeedLoader, open_dataset
     from feedline.choices import Order
     from feedline.plan import EpochPlan
     from feedline.stats import LoaderStats
@@ -81,6 +105,8 @@ def loop_run(train: str, val: str, block: int | None, window: int | None, seed: 
     torch.manual_seed(seed)
     model = build_model("tiny", num_classes=CLASSES).to(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-5)
+    steps = epochs * (len(open_dataset(train)) // BATCH)   # cosine to zero, as the trainer's schedule ends
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 0.5 * (1 + math.cos(math.pi * k / steps)))
     order = Order.RANDOM if block is None else Order.QUASI_RANDOM
     per_batch = []
     with FeedLoader(train, batch_size=BATCH, shuffle=True, size=SIZE, seed=seed, num_threads=2, drop_last=True) as loader:
@@ -93,6 +119,7 @@ def loop_run(train: str, val: str, block: int | None, window: int | None, seed: 
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
+                schedule.step()
                 per_batch.append(len(set(labels.tolist())))
     hits = seen = 0
     model.eval()
@@ -118,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/order_quality.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, help="seeds per setting (default 5)")
     p.add_argument("--epochs", type=int, help="epochs per run (default 2, as the demo)")
-    p.add_argument("--windows", default="2,8", help="small windows, in 16-record blocks (default 2,8)")
+    p.add_argument("--windows", default="2,8,16", help="small windows, in 16-record blocks (default 2,8,16)")
     p.add_argument("--quick", action="store_true", help=f"a tiny run for tests: {QUICK}")
     p.add_argument("--cache-dir", help="where the demo data is kept (default ~/.cache/feedline)")
     p.add_argument("--out", help="JSON path (default bench/results/order_quality.json)")
@@ -135,9 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         runs = [trainer_run(train, val, order, seed, epochs, work / f"{order}-{seed}") for seed in range(seeds)]
         rows.append(summarize(f"feedline train --order {order}", runs))
         say(f"{rows[-1]['setting']}: top-1 {[round(r['top1'], 3) for r in runs]}")
-    for block, window in [(None, None)] + [(BLOCK, w) for w in windows]:
-        runs = [loop_run(train, val, block, window, seed, epochs) for seed in range(seeds)]
-        name = "loop, random" if block is None else f"loop, quasi-random {block} x {window} ({block * window} records)"
+    shuffled = shuffled_pack(args.cache_dir, Path(train).parent / "train")
+    loops = [("", train, None, None)] + [("", train, BLOCK, w) for w in windows] + \
+            [(", packed shuffled", shuffled, BLOCK, w) for w in windows[:2]]
+    for packing, data, block, window in loops:
+        runs = [loop_run(data, val, block, window, seed, epochs) for seed in range(seeds)]
+        name = ("loop, random" if block is None else
+                f"loop, quasi-random {block} x {window} ({block * window} records)") + packing
         rows.append(summarize(name, runs))
         say(f"{name}: top-1 {[round(r['top1'], 3) for r in runs]}")
     say()

@@ -256,9 +256,12 @@ def test_quasi_random_loader_advises_its_rank_and_yields_the_planned_batches_als
         assert torch.equal(y, fy) and torch.equal(x, fx)
 
 
-def test_lmdb_records_kept_inside_leaf_pages_get_no_hints(records, tmp_path):
+def test_lmdb_records_kept_inside_leaf_pages_get_no_hints(records, tmp_path, monkeypatch):
     """Records of under half a page live in the B-tree's leaves: placing them would mean
-    reading them (HDF5 keeps an offset table instead)."""
+    reading them (HDF5 keeps an offset table instead). So says a file of more than a MiB
+    of leaf pages; here, the file is small, so that limit comes down to it."""
+    from feedline.stores import lmdb_layout
+    monkeypatch.setattr(lmdb_layout, "SMALL_INDEX", 0)
     path = write_lmdb(tmp_path / "small.lmdb", records)
     with open_dataset(path) as store:
         assert store.byte_ranges(0, len(store)) == [] and store.will_need(0, len(store)) == 0

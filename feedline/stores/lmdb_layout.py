@@ -40,6 +40,7 @@ class LayoutError(ValueError):
 
 
 MAX_INDEX_SHARE = 0.05   # leaf pages beyond this share of the file hold the records themselves
+SMALL_INDEX = 1 << 20    # ... unless they are few: then reading them costs nothing either way
 
 
 def value_places(path: str, psize: int, count: int, leaf_pages: int) -> tuple[np.ndarray, np.ndarray]:
@@ -47,7 +48,7 @@ def value_places(path: str, psize: int, count: int, leaf_pages: int) -> tuple[np
     ``0 .. count - 1`` of the LMDB file ``path`` with page size ``psize`` and ``leaf_pages``
     leaf pages. LayoutError when records are kept inside the leaf pages (values under about
     half a page): there, finding them would mean reading them."""
-    if leaf_pages * psize > MAX_INDEX_SHARE * os.path.getsize(path):
+    if leaf_pages * psize > max(MAX_INDEX_SHARE * os.path.getsize(path), SMALL_INDEX):
         raise LayoutError(f"the records lie inside the B-tree's {leaf_pages} leaf pages (records of under "
                           f"{psize // 2} bytes): placing them would mean reading them")
     fd = os.open(path, os.O_RDONLY)
