@@ -92,7 +92,7 @@ def loader_run(store, order: str, args) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/scale_probe.py")
     p.add_argument("store")
-    p.add_argument("--batches", type=int, default=30)
+    p.add_argument("--batches", type=int, default=100)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--size", type=int, default=32)
     p.add_argument("--threads", type=int, default=2)
@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     for order in (Order.RANDOM, Order.QUASI_RANDOM):
         plan = EpochPlan(spec, 0, 1, order, args.batch_size, False)
         result[f"permutation_{order.name.lower()}_s"] = median_s(lambda: plan.samples(n), 5)
+    plans = EpochPlan(spec, 0, 1, Order.RANDOM, args.batch_size, False).batches(store.labels, store.sizes)
+    next(plans)   # the permutation
+    result["plan_batch_us"] = 1e6 * median_s(lambda: next(plans), min(args.batches, n // args.batch_size - 2))
     for order in ("random", "quasi-random"):
         run = loader_run(store, order, args)
         run["rss_anon_epoch"] -= rss0

@@ -13,6 +13,7 @@ is the packer's reading and checking of source files (bench/pack.py measures tha
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -28,7 +29,7 @@ SIZE = (64, 48)   # width, height
 class WrittenStore:
     path: str
     records: int
-    seconds: float | None   # None: found in the cache, not written now
+    seconds: float | None   # writing it (read back from its note when found in the cache)
     bytes: int
 
     @property
@@ -59,10 +60,15 @@ def path_of(i: int, n: int) -> str:
 def cached_store(folder: str, n: int, ext: str, pool: list[bytes] | None = None) -> WrittenStore:
     """``folder/records-N.EXT``, written now unless it is there already."""
     path = os.path.join(folder, f"records-{n}.{ext}")
-    if os.path.exists(path):
-        return WrittenStore(path, n, None, os.path.getsize(path))
+    note = path + ".write.json"   # how long the writing took, kept with the store
+    if os.path.exists(path) and os.path.exists(note):
+        with open(note) as fh:
+            return WrittenStore(path, n, **json.load(fh))
     os.makedirs(folder, exist_ok=True)
-    return write_store(path, n, pool if pool is not None else jpeg_pool())
+    written = write_store(path, n, pool if pool is not None else jpeg_pool())
+    with open(note, "w") as fh:
+        json.dump({"seconds": written.seconds, "bytes": written.bytes}, fh)
+    return written
 
 
 def write_store(out: str, n: int, pool: list[bytes], commit_every: int = 1000) -> WrittenStore:

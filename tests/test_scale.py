@@ -74,7 +74,7 @@ def test_scale_bench_end_to_end_on_small_stores(tmp_path):
     assert sorted(rows) == [("hdf5", 800), ("hdf5", 1600), ("lmdb", 800), ("lmdb", 1600)]
     for row in rows.values():
         assert row["held_bytes_per_record"] > 8 and row["first_batch_random_s"] > 0 and row["write_s"] > 0
-    assert len(result["targets"]) == 12 and all(t["measured"] is not None for t in result["targets"])
+    assert len(result["targets"]) == 14 and all(t["measured"] is not None for t in result["targets"])
 
 
 def test_cold_cache_bench_end_to_end_on_a_given_store(packed_lmdb, tmp_path):
