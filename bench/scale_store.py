@@ -77,7 +77,7 @@ def write_store(out: str, n: int, pool: list[bytes], commit_every: int = 1000) -
     from converters.options import PackOptions, format_for
     from converters.writers import make_writer
     from feedline import __version__
-    from feedline.format import checksum, make_meta
+    from feedline.format import checksum, column_bytes, make_meta
 
     started = time.perf_counter()
     fmt = format_for(out, None)
@@ -102,7 +102,7 @@ def write_store(out: str, n: int, pool: list[bytes], commit_every: int = 1000) -
         meta = make_meta(count=n, classes=[f"cls_{k:04d}" for k in range(CLASSES)], pack_options=wanted,
                          source="bench/scale_store.py (generated in memory)",
                          created=datetime.now(timezone.utc).isoformat(timespec="seconds"), feedline_version=__version__)
-        writer.finish(_columns(labels, sizes, paths, checksums), meta, lengths)
+        writer.finish(column_bytes(labels, sizes, paths, checksums), meta, lengths)
         os.replace(writer.partial_path, out)
         writer.discard()
     except BaseException:
@@ -112,12 +112,8 @@ def write_store(out: str, n: int, pool: list[bytes], commit_every: int = 1000) -
 
 
 def _commit(writer, images: list[bytes], entry) -> None:
-    """One chunk, as the packer commits it: records added one by one, then the journal
-    entry (the streaming writer API; again from the first record when LMDB's map was
-    full); or, with the earlier API, records and entry in one call."""
-    if not hasattr(writer, "add"):
-        writer.commit(images, entry)
-        return
+    """One chunk, as the packer commits it: the records added one by one, then the journal
+    entry; again from the first record when LMDB's map was full (ChunkLost)."""
     from converters.writer_base import ChunkLost
     while True:
         try:
@@ -127,11 +123,3 @@ def _commit(writer, images: list[bytes], entry) -> None:
             return
         except ChunkLost:
             continue
-
-
-def _columns(labels, sizes, paths, checksums):
-    """What ``finish`` takes: the columns' bytes (format.column_bytes), or Columns before that."""
-    from feedline import format as fmt
-    if hasattr(fmt, "column_bytes"):
-        return fmt.column_bytes(labels, sizes, paths, checksums)
-    return fmt.Columns.from_lists(labels, sizes, paths, checksums)
