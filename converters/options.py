@@ -89,6 +89,7 @@ class PackOptions:
     shard_bytes: int | None = None          # input bytes per shard (the shard's output is about as large)
     num_shards: int | None = None           # this many shards of equal file counts
     shard_index: int | None = None          # pack only this shard (splitting a pack across machines)
+    shuffle: int | None = None              # a seed: records in that random order, not sorted
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalize the fields once, here
@@ -98,6 +99,7 @@ class PackOptions:
         set_(self, "check", _enum(PackCheck, self.check, "check"))
         if self.labels_csv is not None:
             set_(self, "labels_csv", os.path.abspath(os.fspath(self.labels_csv)))
+        _int_or_none(self.shuffle, "shuffle", 0)
         _int_or_none(self.max_side, "max_side", 1)
         _int_or_none(self.quality, "quality", 1)
         if self.quality > 100:
@@ -132,7 +134,7 @@ class PackOptions:
         """The options that shape the output: stored as the metadata's pack_options."""
         return {"format": fmt.value, "labels_csv": self.labels_csv, "max_side": self.max_side,
                 "quality": self.quality, "max_pixels": self.max_pixels, "on_error": self.on_error.value,
-                "check": self.check.value,
+                "check": self.check.value, "shuffle": self.shuffle,
                 "alpha": "composited on white", "exif_orientation": "applied"}
 
 

@@ -26,7 +26,7 @@ from feedline import __version__
 from feedline.durable import fsync_folder
 from feedline.errors import DiskFullError, PackError
 from feedline.format import checksum, column_bytes, make_meta
-from feedline.scan import ScanResult, scan_folder
+from feedline.scan import ScanResult, scan_folder, shuffled
 
 from .decode_check import DecodeCheck, DecodeChecker
 from .disk_space import check_room_for, write_failed
@@ -84,7 +84,7 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions) -
     out = os.path.abspath(os.fspath(out))
     format_for(out, options.format)  # a bad extension fails before the scan
     _check_out(out, options)
-    scan = scan_folder(os.fspath(src), options.labels_csv)
+    scan = shuffled(scan_folder(os.fspath(src), options.labels_csv), options.shuffle)
     # Links not followed and labels CSV mismatches: listed with the skipped files.
     return pack_scan(scan, out, options, not_taken=[Skip.of(p) for p in scan.problems], started=started)
 

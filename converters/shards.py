@@ -21,7 +21,7 @@ from dataclasses import replace
 from feedline.durable import fsync_folder
 from feedline.errors import PackError
 from feedline.format import (SHARD_INDEX_FORMAT, SHARD_INDEX_VERSION, shard_index, shard_name)
-from feedline.scan import ScanResult, scan_folder
+from feedline.scan import ScanResult, scan_folder, shuffled
 from feedline.stores import ShardedStore, open_dataset
 
 from .disk_space import check_room_for, file_sizes
@@ -70,7 +70,7 @@ def pack_sharded(src: str | os.PathLike, out: str | os.PathLike, options: PackOp
     started = time.perf_counter()
     out = os.path.abspath(os.fspath(out))
     fmt = format_for(out, options.format)
-    scan = scan_folder(os.fspath(src), options.labels_csv)
+    scan = shuffled(scan_folder(os.fspath(src), options.labels_csv), options.shuffle)
     ranges = plan_shards(scan, options)
     count = len(ranges)
     if options.shard_index is not None and options.shard_index >= count:

@@ -47,6 +47,7 @@ class LoaderConfig:
     rank: int = 0
     world_size: int = 1
     even_shards: bool = True    # pad by wrapping so every rank gets as many samples (training)
+    quasi_random: tuple[int, int] = (16, 256)  # order='quasi-random': records per block, blocks per window
     pin_memory: bool = False    # page-locked batch buffers (always on a CUDA device)
 
     def __post_init__(self):
@@ -60,6 +61,10 @@ class LoaderConfig:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or self.prefetch < 1:
             raise ValueError(f"prefetch must be an int >= 1 (batches prepared ahead), got {self.prefetch!r}")
+        block, window = self.quasi_random
+        if min(block, window) < 1:
+            raise ValueError(f"quasi_random must be (records per block, blocks per window), both >= 1, "
+                             f"got {self.quasi_random!r}")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
         if not 0 <= self.rank < self.world_size:

@@ -59,7 +59,8 @@ class FeedLoader:
                  seed: int = 0, mean=IMAGENET_MEAN, std=IMAGENET_STD, scale=(0.08, 1.0),
                  ratio=(3 / 4, 4 / 3), crop_fraction: float = 0.875, flip: bool = True,
                  prefetch: int = 2, on_error: str = "raise", order: str | Order | None = None,
-                 even_shards: bool = True, rank: int | None = None, world_size: int | None = None,
+                 quasi_random: tuple[int, int] = (16, 256), even_shards: bool = True,
+                 rank: int | None = None, world_size: int | None = None,
                  num_workers: int | None = None, pin_memory: bool | None = None,
                  persistent_workers: bool | None = None):
         # DataLoader's persistent_workers needs nothing: the buffers persist anyway.
@@ -75,9 +76,11 @@ class FeedLoader:
             num_threads=choose_threads(num_threads, num_workers), prefetch=prefetch,
             decoder=resolve_decoder_name(instance.name if instance else decoder, output.device),
             on_error=on_error, output=output, rank=rank, world_size=world_size, even_shards=even_shards,
-            pin_memory=bool(pin_memory), augment=AugmentSpec(size=size, train=train, scale=tuple(scale),
-                                                             ratio=tuple(ratio), crop_fraction=crop_fraction,
-                                                             flip=flip))
+            quasi_random=tuple(quasi_random), pin_memory=bool(pin_memory),
+            augment=AugmentSpec(size=size, train=train, scale=tuple(scale), ratio=tuple(ratio),
+                                crop_fraction=crop_fraction, flip=flip))
+        if self.config.order is Order.QUASI_RANDOM:
+            warn_if_class_sorted(self.store, self.config.quasi_random)
         self.source = make_source(self.store, self.config, instance)
         self.stats = LoaderStats()
         self._position = Position()
@@ -117,7 +120,7 @@ class FeedLoader:
         self._started = True
         c = self.config
         epoch = EpochPlan(c.augment, c.seed, self._position.epoch, c.order, c.batch_size, c.drop_last,
-                          c.rank, c.world_size, c.even_shards)
+                          c.rank, c.world_size, c.even_shards, *c.quasi_random)
         self.stats = LoaderStats()
         iterator = self._deliver(epoch)
         # Held weakly: an iterator the caller drops is finalized at once, and closing it
@@ -184,7 +187,8 @@ def fingerprint(config: LoaderConfig, samples: int) -> dict:
     """What must match for a saved position to mean the same batches."""
     c = config
     return {"seed": c.seed, "order": c.order.value, "batch_size": c.batch_size, "drop_last": c.drop_last,
-            "world_size": c.world_size, "even_shards": c.even_shards, "samples": samples}
+            "world_size": c.world_size, "even_shards": c.even_shards, "quasi_random": list(c.quasi_random),
+            "samples": samples}
 
 
 def position_from_state(state: dict, expected: dict) -> Position:
@@ -196,9 +200,26 @@ def position_from_state(state: dict, expected: dict) -> Position:
                          "Resume with the feedline that saved it, or start the epoch afresh")
     if version == 1:  # shuffle: bool where version 2 has order; drop_last and even_shards as now
         state = {**state, "order": (Order.RANDOM if state.get("shuffle") else Order.SEQUENTIAL).value,
-                 "drop_last": expected["drop_last"], "even_shards": True}
+                 "drop_last": expected["drop_last"], "even_shards": True,
+                 "quasi_random": expected["quasi_random"]}
     for key, value in expected.items():
         if state.get(key) != value:
             raise ValueError(f"cannot resume: the saved loader had {key}={state.get(key)!r}, "
                              f"this one has {value!r}")
     return Position(int(state["epoch"]), int(state["batch"]))
+
+
+def warn_if_class_sorted(store, quasi_random: tuple[int, int]) -> None:
+    """Quasi-random order draws each batch from one window of neighbouring blocks; in a
+    store packed class by class (the default: sorted paths) a window smaller than the
+    data set then spans few classes, which costs accuracy (bench/order_quality.py)."""
+    import numpy as np
+    block, window = quasi_random
+    labels = np.asarray(store.labels)
+    if block * window >= len(labels) or len(labels) < 2:
+        return
+    if float(np.mean(labels[1:] == labels[:-1])) >= 0.5:
+        log.warning("%s: order='quasi-random' reads windows of %d records from a store packed class by "
+                    "class, so each batch holds few classes, which costs accuracy. Pack it in a shuffled "
+                    "order (`feedline pack SRC OUT --shuffle SEED`), or use order='random' if it fits in "
+                    "memory", store.filename, block * window)

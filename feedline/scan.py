@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from .errors import FeedlineError
@@ -43,10 +43,23 @@ class Unscanned(NamedTuple):
 @dataclass
 class ScanResult:
     root: str
-    paths: list[str]      # relative to root, '/'-separated, sorted
+    paths: list[str]      # relative to root, '/'-separated, sorted (or shuffled: see `shuffled`)
     labels: list[int]
     classes: list[str]
     problems: list[Unscanned] = field(default_factory=list)
+
+
+def shuffled(scan: ScanResult, seed: int | None) -> ScanResult:
+    """``scan`` with its files in a random order from ``seed`` (the same order for the same
+    seed and files), or ``scan`` itself for None. Packing in a shuffled order puts records of
+    every class next to each other on disk, which quasi-random reading needs: it reads
+    neighbours together, and neighbours of one class make batches of few classes."""
+    if seed is None:
+        return scan
+    import random
+    order = list(range(len(scan.paths)))
+    random.Random(seed).shuffle(order)
+    return replace(scan, paths=[scan.paths[i] for i in order], labels=[scan.labels[i] for i in order])
 
 
 def is_image_name(name: str) -> bool:

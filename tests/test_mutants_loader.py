@@ -15,7 +15,7 @@ from feedline.ledger import CHECKSUM, UNDECODABLE, BadRecord, BadRecordLedger
 from storefiles import make_records, write_lmdb
 
 STATE_KEYS = {"version", "epoch", "batch", "seed", "order", "batch_size", "drop_last", "world_size",
-              "even_shards", "samples"}
+              "even_shards", "quasi_random", "samples"}
 
 
 def small(path, **kw) -> FeedLoader:

@@ -72,6 +72,9 @@ def register(subparsers) -> None:
                         "a strict decode that skips damaged image data as corrupt")
     p.add_argument("--no-space-check", dest="space_check", action="store_false",
                    help="start even when the disk-space estimate says the output will not fit")
+    p.add_argument("--shuffle", type=int, metavar="SEED",
+                   help="store the records in a random order from SEED instead of sorted: records of "
+                        "every class then lie side by side, as order='quasi-random' needs (default: sorted)")
     p.add_argument("--jobs", type=int, metavar="N", help="reader/converter threads (default: one per core)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted pack of the same OUT")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT once the new one is complete")
@@ -108,9 +111,9 @@ def run(args) -> int:
     sharding = parse_shard_size(args.shard_size) if args.shard_size is not None else {}
     options = PackOptions(format=args.format, labels_csv=args.labels, max_side=args.max_side,
                           quality=args.quality, max_pixels=args.max_pixels, on_error=args.on_error,
-                          check=args.check, space_check=args.space_check, jobs=args.jobs, resume=args.resume, overwrite=args.overwrite,
-                          progress=not args.quiet, num_shards=args.num_shards, shard_index=args.shard_index,
-                          **sharding)
+                          check=args.check, space_check=args.space_check, jobs=args.jobs, resume=args.resume,
+                          overwrite=args.overwrite, progress=not args.quiet, num_shards=args.num_shards,
+                          shard_index=args.shard_index, shuffle=args.shuffle, **sharding)
     report = pack(args.src, args.out, options)
     if not args.quiet:
         print("\n".join(report.summary_lines()))
