@@ -5,7 +5,44 @@ import queue
 import threading
 from typing import Iterator
 
+from .shutdown import close_at_exit
+
 _DONE = object()
+
+
+class _Producer:
+    """The thread that runs ``items`` into a bounded queue; ``close()`` stops and joins it."""
+
+    def __init__(self, items: Iterator, depth: int, name: str):
+        self.out: queue.Queue = queue.Queue(maxsize=depth)
+        self._items = items
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, name=name, daemon=True)
+        self._thread.start()
+        close_at_exit(self)
+
+    def _produce(self) -> None:
+        try:
+            for item in self._items:
+                while not self._stop.is_set():
+                    try:
+                        self.out.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self._stop.is_set():
+                    return
+            self.out.put(_DONE)
+        except BaseException as exc:  # reaches the consumer
+            self.out.put(exc)
+
+    def close(self) -> None:
+        self._stop.set()
+        while self._thread.is_alive():  # a producer blocked on a full queue needs room to see the stop
+            try:
+                self.out.get_nowait()
+            except queue.Empty:
+                self._thread.join(timeout=0.1)
 
 
 def ahead(items: Iterator, depth: int, name: str) -> Iterator:
@@ -15,35 +52,11 @@ def ahead(items: Iterator, depth: int, name: str) -> Iterator:
     and joins it; an exception on the thread reaches the consumer in order, after the
     items produced before it.
     """
-    out: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        out.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            out.put(_DONE)
-        except BaseException as exc:  # reaches the consumer
-            out.put(exc)
-
-    thread = threading.Thread(target=produce, name=name, daemon=True)
-    thread.start()
+    producer = _Producer(items, depth, name)
     try:
-        while (item := out.get()) is not _DONE:
+        while (item := producer.out.get()) is not _DONE:
             if isinstance(item, BaseException):
                 raise item
             yield item
     finally:
-        stop.set()
-        while thread.is_alive():  # a producer blocked on a full queue needs room to see the stop
-            try:
-                out.get_nowait()
-            except queue.Empty:
-                thread.join(timeout=0.1)
+        producer.close()

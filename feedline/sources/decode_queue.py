@@ -21,6 +21,7 @@ from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
 from .records import bad_record, read_record, record_error
 from .ring import BatchRing
+from .shutdown import close_at_exit
 from .substitute import MAX_ATTEMPTS, substitute_sample
 
 
@@ -61,6 +62,7 @@ class DecodeQueue:
                          for i in range(num_threads)]
         for t in self._threads:
             t.start()
+        close_at_exit(self)
 
     # -- consumer side -------------------------------------------------------------
     def next_filled(self, block: bool = True) -> _Batch | None:
