@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 NAME = "loaders"
 FEEDLINE, DATALOADER, DALI_CPU, FLOOR = "feedline", "torch-dataloader-pil", "dali-cpu", "decode-floor"
 POOL = "decode-pool"   # the floor's region decode over a pool of all threads, for reference
+CHECKED = "feedline-checked"   # FeedLoader on the same files packed with --check decode: region decode
 # (denominator row, ratio column, minimum of FeedLoader's default over it), set for 2 cores
 TARGETS = ((DATALOADER, "x_dataloader", 2.5), (DALI_CPU, "x_dali_cpu", 1.8), (FLOOR, "x_floor", 0.9))
 FFCV_SAME, FFCV_OWN = "ffcv-same-jpeg", "ffcv-reencoded"
@@ -163,6 +164,9 @@ def _start_streams(options, data, threads: int, device: str):
                    "crop_mirror_normalize", lambda: baselines.dali_cpu_stream(str(data.folder), batch, threads, device)),
         FEEDLINE: (f"FeedLoader(decoder='auto', device={device!r}), {threads} threads",
                    lambda: baselines.feedloader_stream(str(data.packed), batch, threads, device)),
+        CHECKED: (f"FeedLoader(decoder='auto', device={device!r}), {threads} threads, on the same files packed "
+                  "with --check decode (every record proven to decode: only crop regions are decoded)",
+                  lambda: baselines.feedloader_stream(str(_checked_store(data)), batch, threads, device)),
     }
     for decoder in options.decoders:
         makers[f"feedline-{decoder}"] = (
@@ -186,6 +190,15 @@ def _start_streams(options, data, threads: int, device: str):
             reasons[name] = (f"not installed: {exc}" if isinstance(exc, ImportError)
                              else f"{type(exc).__name__}: {exc}")
     return running, reasons, descriptions
+
+
+def _checked_store(data) -> Path:
+    """The bench's images packed with ``--check decode``, next to its packed file (once)."""
+    out = data.packed.with_name(data.packed.stem + "-checked" + data.packed.suffix)
+    if not out.exists():
+        from converters import pack
+        pack(str(data.folder), str(out), check="decode", progress=False)
+    return out
 
 
 def _ffcv(data, options, variant: str, threads: int, device: str):
