@@ -29,7 +29,7 @@ declare -A AREAS=(
   [plan]="feedline/plan.py | tests/test_properties.py $LOADER_TESTS"
   [loader]="feedline/loader.py feedline/ledger.py | $LOADER_TESTS"
   [sources]="feedline/sources/threads.py feedline/sources/decode_queue.py feedline/sources/host_finisher.py
-             feedline/sources/records.py feedline/sources/ring.py | $LOADER_TESTS"
+             feedline/sources/records.py feedline/sources/ring.py | $LOADER_TESTS tests/test_mutants_sources.py"
   [dali]="feedline/sources/dali.py feedline/sources/known_bad.py |
           tests/test_dali.py tests/test_sources_ledger.py tests/test_loader_oracles.py"
   [stores]="feedline/stores/base.py feedline/stores/lmdb_store.py feedline/stores/hdf5_store.py
