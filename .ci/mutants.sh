@@ -12,6 +12,8 @@
 # MUTANTS_JOBS (parallel mutants, default 1: the machine is shared), MUTANTS_FROM (worktree,
 # the default, or HEAD: the last commit, unaffected by edits in progress), PY (the venv's python).
 set -euo pipefail
+# The whole script is one block, read before it runs: editing it during a run is safe.
+{
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PY:-$ROOT/.venv/bin/python}
 MUTMUT=$(dirname "$PY")/mutmut
@@ -105,3 +107,4 @@ EOF
   sed 's/^/    /' "$dir/survivors.txt"
 done
 exit $status
+}
