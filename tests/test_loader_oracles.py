@@ -351,14 +351,31 @@ def test_no_good_substitute_raises_naming_the_bad_record(store_path, tmp_path, d
         samples(loader, 0)
     error = info.value
     assert 0 <= error.index < N and error.path == f"class_{error.index:03d}/img_{error.index:07d}.jpg"
-    assert f"record {error.index} ({error.path})" in str(error) and damaged in str(error)
-    assert any(r.index == error.index and r.substitute is None for r in loader.stats.bad_records)
+    assert f"record {error.index} ({error.path}) of {damaged}: checksum mismatch: " in str(error)
+    assert any(r.index == error.index and r.substitute is None and r.reason == "checksum mismatch"
+               for r in loader.stats.bad_records)
 
 
-def test_raise_mode_names_the_record_why_and_what_to_do(store_path, tmp_path):
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_stopping_an_epoch_early_stops_its_work(store_path, tmp_path, decoder):
+    """Closing the iterator after the first batch stops the source: the bad record of the
+    last batch is never read, so the ledger of that iteration stays empty."""
+    damaged = str(tmp_path / ("damaged" + os.path.splitext(store_path)[1]))
+    damage_record(store_path, damaged, N - 1)
+    loader = loader_for(damaged, shuffle=False, batch_size=2, on_error="substitute", decoder=decoder)
+    assert len(loader) == 10 and loader.config.prefetch + 2 < 10
+    it = iter(loader)
+    next(it)
+    it.close()
+    assert loader.stats.bad_records == []
+    assert len(samples(loader, 1)) == N and [r.index for r in loader.stats.bad_records] == [N - 1]
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_raise_mode_names_the_record_why_and_what_to_do(store_path, tmp_path, decoder):
     damaged = str(tmp_path / ("damaged" + os.path.splitext(store_path)[1]))
     damage_record(store_path, damaged, 3)
-    loader = loader_for(damaged, shuffle=False, batch_size=4)
+    loader = loader_for(damaged, shuffle=False, batch_size=4, decoder=decoder)
     with pytest.raises(Exception) as info:
         samples(loader, 0)
     error = info.value

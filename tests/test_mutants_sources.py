@@ -7,7 +7,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from feedline import FeedLoader
+from storefiles import make_records, write_lmdb
 
 HUGE_PAGE = 2 << 20
 
@@ -58,3 +61,19 @@ def test_a_loader_left_open_does_not_keep_the_process_alive(packed_lmdb):
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "done", result.stderr[-2000:]
+
+
+@pytest.mark.dali
+def test_dali_names_a_record_that_decodes_to_another_size_than_the_store_says(tmp_path):
+    """DALI fails the batch (the crop lies outside the real image); the CPU check finds the
+    record and says both sizes."""
+    records = make_records(6, 2)
+    h, w = records.sizes[2]
+    records.sizes[2] = (2 * h, 2 * w)
+    path = write_lmdb(tmp_path / "sizes.lmdb", records)
+    loader = FeedLoader(path, batch_size=3, size=16, device="cpu", decoder="dali", num_threads=1)
+    with pytest.raises(Exception, match=rf"decodes to {h}x{w}, but the store records {2 * h}x{2 * w}") as info:
+        list(loader)
+    assert info.value.index == 2
+    [record] = loader.stats.bad_records
+    assert (record.index, record.substitute, record.reason) == (2, None, "cannot decode")
