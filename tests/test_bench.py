@@ -92,12 +92,13 @@ def test_loader_bench_quick(tiny_folder, tmp_path):
     asked = params["batches"] * params["batch_size"]
     assert params["images_per_measurement"] == asked == 2 * 4
     rows = {r["name"]: r for r in payload["results"]}
-    assert set(rows) == {"feedline", "torch-dataloader-pil", "dali-cpu", "decode-floor", "decode-pool"}
+    assert set(rows) == {"feedline", "feedline-checked", "torch-dataloader-pil", "dali-cpu", "decode-floor",
+                         "decode-pool"}
     for name, row in rows.items():   # DALI is installed where the tests run: missing is a failure
         assert row["available"], f"{name}: {row['reason']}"
         assert positive_finite(row["images_per_s"]), name
         assert row["images_per_s_min"] <= row["images_per_s"] <= row["images_per_s_max"]
-    for name in ("feedline", "torch-dataloader-pil", "dali-cpu"):
+    for name in ("feedline", "feedline-checked", "torch-dataloader-pil", "dali-cpu"):
         measurements = rows[name]["measurements"]
         assert len(measurements) == params["repeats"]
         assert all(m["images"] == asked for m in measurements), f"{name} delivered other than asked"
