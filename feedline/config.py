@@ -3,6 +3,7 @@ the consumer receives (OutputSpec)."""
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -104,6 +105,18 @@ def choose_threads(num_threads, num_workers) -> int:
     return num_threads
 
 
+def choose_pinning(pin_memory) -> bool:
+    """DataLoader's ``pin_memory``: page-locked buffers need an accelerator; without one,
+    DataLoader warns and leaves memory pageable, and so does FeedLoader."""
+    if not pin_memory:
+        return False
+    if not torch.cuda.is_available():
+        warnings.warn("pin_memory=True but no CUDA device is available: batches stay in pageable "
+                      "memory", stacklevel=3)
+        return False
+    return True
+
+
 def build_output(mean, std, dtype, channels_last: bool, device) -> OutputSpec:
     device = str(torch.device(device if device is not None else default_device()))
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -136,5 +149,5 @@ def distributed_position(rank, world_size) -> tuple[int, int]:
     return int(rank), int(world_size)
 
 
-__all__ = ["LoaderConfig", "OutputSpec", "build_output", "choose_order", "choose_threads",
+__all__ = ["LoaderConfig", "OutputSpec", "build_output", "choose_order", "choose_threads", "choose_pinning",
            "distributed_position", "usable_cores", "default_device", "IMAGENET_MEAN", "IMAGENET_STD"]

@@ -17,8 +17,8 @@ import torch
 
 from .augment import AugmentSpec
 from .choices import Order
-from .config import (IMAGENET_MEAN, IMAGENET_STD, LoaderConfig, build_output, choose_order, choose_threads,
-                     distributed_position)
+from .config import (IMAGENET_MEAN, IMAGENET_STD, LoaderConfig, build_output, choose_order, choose_pinning,
+                     choose_threads, distributed_position)
 from .decoders.base import Decoder
 from .order import batch_count
 from .plan import EpochPlan
@@ -76,7 +76,7 @@ class FeedLoader:
             num_threads=choose_threads(num_threads, num_workers), prefetch=prefetch,
             decoder=resolve_decoder_name(instance.name if instance else decoder, output.device),
             on_error=on_error, output=output, rank=rank, world_size=world_size, even_shards=even_shards,
-            quasi_random=tuple(quasi_random), pin_memory=bool(pin_memory),
+            quasi_random=tuple(quasi_random), pin_memory=choose_pinning(pin_memory),
             augment=AugmentSpec(size=size, train=train, scale=tuple(scale), ratio=tuple(ratio),
                                 crop_fraction=crop_fraction, flip=flip))
         if self.config.order is Order.QUASI_RANDOM:

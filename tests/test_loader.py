@@ -222,6 +222,16 @@ def test_len_stats_and_dataloader_arguments(packed_lmdb):
     assert len(FeedLoader(store, batch_size=10, size=32, device="cpu")) == 5
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine pinning is available")
+def test_pin_memory_without_an_accelerator_warns_and_loads_like_dataloader(packed_lmdb):
+    with pytest.warns(UserWarning, match="pin_memory=True but no CUDA device"):
+        loader = FeedLoader(str(packed_lmdb), batch_size=10, size=32, device="cpu", pin_memory=True)
+    assert loader.config.pin_memory is False
+    images, labels = next(iter(loader))
+    assert images.shape == (10, 3, 32, 32) and not images.is_pinned()
+    loader.close()
+
+
 def test_bad_arguments_are_refused(packed_lmdb):
     with pytest.raises(ValueError):
         FeedLoader(str(packed_lmdb), batch_size=0, device="cpu")
