@@ -24,6 +24,7 @@ from PIL import Image
 
 import feedline
 from feedline.plan import EpochPlan
+from cuda_helpers import hold
 
 pytestmark = pytest.mark.cuda
 
@@ -40,21 +41,6 @@ IMAGE_TOL, BAND_TOL = 0.1, 0.25
 # Whole-image decode, in uint8 levels: libjpeg-turbo's fast DCT + fast upsampling vs PIL
 # differ by at most 1.1 (mean and band); one grey 16-row MCU row gives 6.3 in its band.
 PIXEL_TOL, PIXEL_BAND_TOL = 3.0, 4.0
-
-_cycles_per_ms: list[float] = []
-
-
-def hold(ms: float) -> None:
-    """A spin kernel of about ``ms`` milliseconds on the current stream."""
-    if not _cycles_per_ms:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(10_000_000)
-        end.record()
-        end.synchronize()
-        _cycles_per_ms.append(10_000_000 / max(start.elapsed_time(end), 1e-3))
-    torch.cuda._sleep(int(ms * _cycles_per_ms[0]))
-
 
 @pytest.fixture(scope="module")
 def packed_photos(tmp_path_factory):

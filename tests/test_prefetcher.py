@@ -32,6 +32,7 @@ from feedline.config import OutputSpec
 from feedline.decoders import resolve_decoder
 from feedline.sources.host_finisher import HostFinisher
 from feedline.sources.prefetcher import CudaPrefetcher, Pending, _normalizer, convert
+from cuda_helpers import hold
 
 BATCH, SIZE = 256, 224          # one training batch: 38.5 MB of uint8, 154 MB as float32 on the GPU
 HOLD_MS = 60                    # how long a held-back stream lags: far above any copy or kernel here
@@ -84,22 +85,6 @@ def test_uint8_output_is_a_copy_in_nchw_order(photo_folder):
 
 
 # -- on a GPU -------------------------------------------------------------------------------
-_cycles_per_ms: list[float] = []
-
-
-def hold(ms: float, stream: torch.cuda.Stream | None = None) -> None:
-    """Queue a spin kernel of about ``ms`` milliseconds on ``stream`` (the current one)."""
-    if not _cycles_per_ms:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(10_000_000)
-        end.record()
-        end.synchronize()
-        _cycles_per_ms.append(10_000_000 / max(start.elapsed_time(end), 1e-3))
-    with torch.cuda.stream(stream or torch.cuda.current_stream()):
-        torch.cuda._sleep(int(ms * _cycles_per_ms[0]))
-
-
 @pytest.fixture(scope="module")
 def large_batches(photo_folder):
     """Four pinned uint8 batches of 256 real photos at 224 x 224; batch k holds photo

@@ -100,17 +100,6 @@ def median(values: list[float] | None) -> float | None:
     return statistics.median(values) if values else None
 
 
-def forever(make_epoch: Callable[[], object]) -> Iterator:
-    """Batches from epoch after epoch of ``make_epoch()``."""
-    while True:
-        empty = True
-        for batch in make_epoch():
-            empty = False
-            yield batch
-        if empty:
-            raise RuntimeError("an epoch yielded no batch: fewer images than one batch")
-
-
 def profiled_run(loader, count: int, drain: int, device: str, threads: int) -> dict:
     """A FeedLoader's profile over ``count`` batches of a fresh epoch, after ``drain``: the
     difference of its stage counters across the timed interval, so idle time before it

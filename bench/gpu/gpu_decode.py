@@ -24,6 +24,7 @@ if __package__ in (None, ""):  # `python bench/gpu/gpu_decode.py`: the repositor
 
 from bench.common import format_table, ratio, say, target, write_results  # noqa: E402
 from bench.gpu import common  # noqa: E402
+from bench.streams import forever  # noqa: E402
 
 log = logging.getLogger(__name__)
 NAME = "gpu_decode"
@@ -45,7 +46,7 @@ def loader_rows(args, device: str) -> tuple[dict, dict, dict]:
             loader = FeedLoader(args.data, batch_size=args.batch_size, shuffle=True, train=True, size=224,
                                 num_threads=args.threads, device=device, dtype=torch.bfloat16,
                                 channels_last=True, drop_last=True, decoder=decoder)
-            stream = common.forever(lambda loader=loader: loader)
+            stream = forever(lambda loader=loader: loader)
             for _ in range(args.warmup):
                 next(stream)
         except Exception as exc:  # not installed, not built yet: said in the JSON, the rest still runs

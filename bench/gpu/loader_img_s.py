@@ -22,6 +22,7 @@ if __package__ in (None, ""):  # `python bench/gpu/loader_img_s.py`: the reposit
 
 from bench.common import format_table, say, target, write_results  # noqa: E402
 from bench.gpu import common  # noqa: E402
+from bench.streams import forever  # noqa: E402
 
 log = logging.getLogger(__name__)
 NAME = "loader_img_s"
@@ -35,7 +36,7 @@ def feedline_stream(packed: str, args, device: str):
     loader = FeedLoader(packed, batch_size=args.batch_size, shuffle=True, train=True, size=224,
                         num_threads=args.threads, device=device, dtype=torch.bfloat16, channels_last=True,
                         drop_last=True, decoder=args.decoder)
-    return loader, common.forever(lambda: loader)
+    return loader, forever(lambda: loader)
 
 
 def torchvision_stream(folder: str, args, device: str, uint8: bool):
@@ -61,7 +62,7 @@ def torchvision_stream(folder: str, args, device: str, uint8: bool):
                 images = (images.float() - mean) / std
             yield (images.to(torch.bfloat16).contiguous(memory_format=torch.channels_last),
                    labels.to(device, non_blocking=True))
-    return loader, to_device(common.forever(lambda: loader))
+    return loader, to_device(forever(lambda: loader))
 
 
 def check_batch(name: str, batch, args, device: str) -> None:

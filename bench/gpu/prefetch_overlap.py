@@ -4,9 +4,8 @@ feedline's CUDA prefetcher hides behind the training step.
     python bench/gpu/prefetch_overlap.py --out prefetch_overlap.json [--batch 256 --compute-ms 20]
 
 One pinned uint8 N x 224 x 224 x 3 batch (already decoded: decoding is not measured here)
-feeds bench/prefetch.py's stand-in training step, matrix products sized to take about
---compute-ms on the GPU. (bench/prefetch.py measures the same; this one adds the copy's
-own time and bandwidth to the JSON the GPU check's summary reads.) Per step, timed with CUDA events after a warm-up: compute alone; copy + normalize
+feeds a stand-in training step, matrix products sized to take about --compute-ms on
+the GPU. Per step, timed with CUDA events after a warm-up: compute alone; copy + normalize
 alone; both on one stream (serial); and feedline's CudaPrefetcher (copy of batch k+1 on
 its side stream while step k runs). Hidden share = (serial - prefetched) / copy: 1.0 when
 the copy costs the step nothing, 0 when it is fully serialized.
@@ -22,29 +21,50 @@ if __package__ in (None, ""):  # `python bench/gpu/prefetch_overlap.py`: the rep
 
 from bench.common import format_table, say, write_results  # noqa: E402
 from bench.gpu import common  # noqa: E402
-from bench.prefetch import calibrate, per_step_ms, stand_in_step  # noqa: E402  (the step and its timer)
+
+import torch  # noqa: E402
+
+from feedline.config import OutputSpec  # noqa: E402
+from feedline.sources.prefetcher import CudaPrefetcher, _normalizer, convert  # noqa: E402
 
 NAME = "prefetch_overlap"
 
 
-def run(args) -> dict:
-    import torch
-    if args.cpu_smoke or not torch.cuda.is_available():
-        reason = "no CUDA device: the overlap of a copy with GPU compute needs a GPU"
-        say(f"{NAME}: {reason}")
-        path = write_results(NAME, [], vars(args), args.out, skipped=reason)
-        return {"path": str(path), "skipped": reason}
-    from feedline.config import OutputSpec
-    from feedline.sources.prefetcher import CudaPrefetcher, _normalizer, convert
+def stand_in_step(weights: torch.Tensor, images: torch.Tensor, repeats: int) -> torch.Tensor:
+    x = weights
+    for _ in range(repeats):
+        x = torch.tanh(x @ weights)
+    return x.sum() + images.float().mean()
 
+
+def per_step_ms(run, steps: int) -> float:
+    run(3)  # warm-up: allocator, cuBLAS handles
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run(steps)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / steps
+
+
+def calibrate(weights: torch.Tensor, images: torch.Tensor, target_ms: float) -> int:
+    one = per_step_ms(lambda n: [stand_in_step(weights, images, 1) for _ in range(n)], 10)
+    return max(1, round(target_ms / max(one, 1e-3)))
+
+
+def measure(batch: int, size: int, steps: int, compute_ms: float) -> tuple[dict[str, float], int]:
+    """ms per step of: the stand-in step alone, copy + normalize alone, both on one stream,
+    and feedline's CudaPrefetcher (copy of batch k+1 on its side stream while step k runs);
+    and the step's matmul repeats. Seeded: the same bytes and weights every run."""
     device = torch.device("cuda", torch.cuda.current_device())
     output = OutputSpec(dtype=torch.bfloat16, device=str(device))
     gen = torch.Generator().manual_seed(0)
-    pinned = torch.randint(0, 256, (args.batch, args.size, args.size, 3), dtype=torch.uint8, generator=gen).pin_memory()
-    labels = torch.zeros(args.batch, dtype=torch.int64).pin_memory()
+    pinned = torch.randint(0, 256, (batch, size, size, 3), dtype=torch.uint8, generator=gen).pin_memory()
+    labels = torch.zeros(batch, dtype=torch.int64).pin_memory()
     weights = torch.randn(2048, 2048, device=device, generator=torch.Generator(device).manual_seed(0)) / 64
+    repeats = calibrate(weights, pinned[:1].to(device), compute_ms)
     norm = _normalizer(output, device)
-    repeats = calibrate(weights, pinned[:1].to(device), args.compute_ms)
     prefetcher = CudaPrefetcher(output)
 
     def compute_only(n):
@@ -58,20 +78,31 @@ def run(args) -> dict:
 
     def serial(n):
         for _ in range(n):
-            stand_in_step(weights, convert(pinned.to(device, non_blocking=True), output, norm), repeats)
+            images = convert(pinned.to(device, non_blocking=True), output, norm)
+            stand_in_step(weights, images, repeats)
 
     def prefetched(n):
         pending = prefetcher.submit(pinned, labels, 0)
         for _ in range(n):
-            ahead = prefetcher.submit(pinned, labels, 0)   # batch k+1 copies while step k runs
+            ahead = prefetcher.submit(pinned, labels, 0)   # batch k+1 copies during step k
             images, _ = prefetcher.finish(pending)
             stand_in_step(weights, images, repeats)
             pending = ahead
         prefetcher.finish(pending)
 
-    times = {name: per_step_ms(fn, args.steps) for name, fn in
+    times = {name: per_step_ms(fn, steps) for name, fn in
              [("compute only", compute_only), ("copy+normalize only", copy_only),
               ("serial (one stream)", serial), ("feedline prefetcher", prefetched)]}
+    return times, repeats
+
+
+def run(args) -> dict:
+    if args.cpu_smoke or not torch.cuda.is_available():
+        reason = "no CUDA device: the overlap of a copy with GPU compute needs a GPU"
+        say(f"{NAME}: {reason}")
+        path = write_results(NAME, [], vars(args), args.out, skipped=reason)
+        return {"path": str(path), "skipped": reason}
+    times, repeats = measure(args.batch, args.size, args.steps, args.compute_ms)
     copy, compute = times["copy+normalize only"], times["compute only"]
     hidden = (times["serial (one stream)"] - times["feedline prefetcher"]) / max(copy, 1e-9)
     rows = [{"name": k, "ms_per_step": v} for k, v in times.items()]
