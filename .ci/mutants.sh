@@ -40,8 +40,8 @@ declare -A AREAS=(
             tests/test_info_verify.py tests/test_scan.py tests/test_loader_oracles.py"
   [journal]="converters/journal.py converters/packer.py converters/writer_base.py converters/lmdb_writer.py
              converters/hdf5_writer.py | tests/test_pack_resume.py tests/test_pack.py tests/test_disk_full.py
-             tests/test_shards.py tests/test_ordered.py"
-  [verify]="feedline/verify.py | tests/test_info_verify.py tests/test_checksums.py"
+             tests/test_shards.py tests/test_ordered.py tests/test_mutants_journal.py"
+  [verify]="feedline/verify.py | tests/test_info_verify.py tests/test_checksums.py tests/test_mutants_verify.py"
 )
 ORDER=(order augment substitute plan loader sources dali stores journal verify)
 

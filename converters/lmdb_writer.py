@@ -88,8 +88,9 @@ class LmdbWriter(Writer):
             # Image keys only grow, so append=True skips the B-tree search.
             self._txn.put(image_key(index), data, append=True)
         except lmdb.MapFullError:
+            lost = self._chunk_bytes  # _abort() zeroes it: room for what was lost, not for nothing
             self._abort()
-            self._grow(self._chunk_bytes)
+            self._grow(lost)
             raise ChunkLost(f"{self.partial_path}: the LMDB map was full at record {index}") from None
         except (lmdb.Error, OSError) as exc:
             self._abort()
