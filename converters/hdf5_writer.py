@@ -128,7 +128,7 @@ class Hdf5Writer(Writer):
         try:
             _write_all(self._journal, [entry.to_bytes() + b"\n"])
         except OSError as exc:
-            raise write_failed(self.staging_path, exc) from None
+            raise write_failed(self.journal_path, exc) from None
         # The chunk before this one: pages being appended to now are left alone, so that
         # writeback (which allocates their blocks) does not contend with the appends.
         written = os.fstat(self._staging).st_size

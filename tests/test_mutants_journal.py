@@ -20,6 +20,7 @@ from converters import pack
 from feedline.errors import PackError
 
 MiB = 1 << 20
+SMALL_DISK = ("12m", "64m")   # conftest's small_disk: room for the staged images, not for a copy of them too
 
 
 def noise_jpeg(path, side: int, seed: int, size: int | None = None) -> int:
@@ -435,3 +436,240 @@ def test_hdf5_staged_bytes_changed_under_the_pack_are_refused_at_the_end(mixed, 
         pack(mixed, out)
     assert str(err.value) == (f"{out}.partial.images: {whole.bytes_out + 7} staged bytes, expected "
                               f"{whole.bytes_out}; start over without --resume")
+
+
+def test_hdf5_stages_records_as_they_come_not_at_the_commit(big, tmp_path, monkeypatch):
+    """A chunk's records are written to the staging file once they hold a MiB, so their memory
+    is freed: by the seventh file of one chunk (1 MB each), megabytes are staged before any commit."""
+    import converters.packer as packer
+    from feedline.scan import scan_folder
+    out = str(tmp_path / "o.h5")
+    real, last, staged = packer.check_file, scan_folder(big).paths[-1], []
+
+    def watching(root, rel, options):
+        if rel == last:
+            staged.append(os.path.getsize(out + ".partial.images"))
+        return real(root, rel, options)
+    monkeypatch.setattr(packer, "check_file", watching)
+    pack(big, out, jobs=1)   # one chunk: 7 files, 8 MiB, under commit_every and commit_bytes
+    assert staged and staged[0] >= 8192 + MiB
+    assert stored_as_sources(out, big) == 7
+
+
+def test_hdf5_disk_full_while_copying_into_the_container_keeps_the_staging(big, small_disk, images_elsewhere):
+    out = str(small_disk.path / "o.h5")
+    with pytest.raises(PackError) as err:
+        pack(big, out, space_check=False)
+    assert str(err.value).startswith(f"{out}.partial: the disk is full (No space left on device; ")
+    assert sorted(os.listdir(small_disk.path)) == ["o.h5.partial.images", "o.h5.partial.journal"]
+    small_disk.grow()
+    report = pack(big, out, resume=True)
+    assert report.resumed_from == 7 and stored_as_sources(out, big) == 7
+
+
+def rewrite_journal_line(out: str, k: int, change) -> None:
+    """Replace the k-th commit's line of an HDF5 staging journal by ``change(entry dict)`` (bytes)."""
+    import json
+    journal = out + ".partial.journal"
+    lines = open(journal, "rb").read().splitlines(keepends=True)
+    lines[k] = change(json.loads(lines[k])) + b"\n"
+    with open(journal, "wb") as fh:
+        fh.write(b"".join(lines))
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda e: json_bytes({**e, "version": 1}),
+     "journal version 1, but this feedline resumes only version 2; start over without --resume"),
+    (lambda e: json_bytes({**e, "bogus": 1}), "the resume journal is damaged ("),   # a TypeError
+    (lambda e: b"[1, 2]", "the resume journal is damaged ("),                        # a TypeError too
+    (lambda e: b"\xff\xfe{", "the resume journal is damaged ("),                    # a UnicodeDecodeError
+])
+def test_hdf5_resume_refuses_a_journal_entry_of_another_version_or_shape(mixed, tmp_path, monkeypatch, change, says):
+    out = str(tmp_path / "o.h5")
+    interrupted(mixed, out, monkeypatch)
+    rewrite_journal_line(out, 2, change)
+    with pytest.raises(PackError) as err:
+        pack(mixed, out, commit_every=3, resume=True)
+    assert str(err.value).startswith(f"{out}.partial.journal: {says}"), str(err.value)
+    assert str(err.value).endswith("; start over without --resume")
+
+
+def test_hdf5_resume_refuses_a_journal_with_a_gap(mixed, tmp_path, monkeypatch):
+    out = str(tmp_path / "o.h5")
+    interrupted(mixed, out, monkeypatch)
+    rewrite_journal_line(out, 2, lambda e: json_bytes({**e, "chunk": 5}))
+    with pytest.raises(PackError) as err:
+        pack(mixed, out, commit_every=3, resume=True)
+    assert str(err.value) == f"{out}.partial: the resume journal has a gap at chunk 1; start over without --resume"
+    rewrite_journal_line(out, 2, lambda e: json_bytes({**e, "chunk": 1, "first_record": e["first_record"] + 1}))
+    with pytest.raises(PackError, match="has a gap at chunk 1"):
+        pack(mixed, out, commit_every=3, resume=True)
+
+
+def json_bytes(value) -> bytes:
+    import json
+    return json.dumps(value).encode()
+
+
+def test_hdf5_a_journal_line_that_cannot_be_written_names_the_journal_and_resume_finishes(
+        mixed, tmp_path, monkeypatch):
+    """ENOSPC half-way through the second commit's journal line (its images were written): the
+    error names the journal, the torn line is cut on resume, and the chunk is packed again."""
+    import errno
+
+    import converters.hdf5_writer as hw
+    real, lines = hw._write_all, []
+
+    def write_all(fd, buffers):
+        if len(buffers) == 1 and bytes(buffers[0]).startswith(b'{"chunk"'):
+            lines.append(buffers[0])
+            if len(lines) == 2:
+                real(fd, [buffers[0][:20]])
+                raise OSError(errno.ENOSPC, "No space left on device")
+        real(fd, buffers)
+    out = str(tmp_path / "o.h5")
+    with monkeypatch.context() as m:
+        m.setattr(hw, "_write_all", write_all)
+        with pytest.raises(PackError) as err:
+            pack(mixed, out, commit_every=3, jobs=1)
+    assert str(err.value).startswith(f"{out}.partial.journal: the disk is full (No space left on device")
+    report = pack(mixed, out, commit_every=3, resume=True)
+    assert report.resumed_from == 3
+    assert records_of(out) == records_of(pack(mixed, str(tmp_path / "whole.h5")).out)
+
+
+# -- the packer: what a pack writes, reports and keeps --------------------------------------------
+
+def source_size(src: str, rel: str) -> int:
+    return os.path.getsize(os.path.join(src, rel))
+
+
+def test_a_pack_reports_what_it_read_and_wrote_and_stamps_its_metadata(mixed, tmp_path, monkeypatch):
+    import datetime
+    import time
+
+    from converters import PackOptions
+    from feedline import __version__
+    monkeypatch.chdir(tmp_path)
+    t0 = time.perf_counter()
+    before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    report = pack(mixed, "rel/o.lmdb", jobs=1)   # a relative OUT, in a folder that does not exist yet
+    after = datetime.datetime.now(datetime.timezone.utc)
+    took = time.perf_counter() - t0
+    out = str(tmp_path / "rel" / "o.lmdb")
+    assert (report.out, report.error_report, report.format) == (out, out + ".errors.csv", "lmdb")
+    assert 0 < report.seconds <= took
+    with feedline.open_dataset(out) as ds:
+        paths = [ds.path(i) for i in range(len(ds))]
+        meta = dict(ds.meta)
+    assert report.bytes_in == sum(source_size(mixed, p) for p in paths)
+    assert report.bytes_out == sum(len(r) for r in records_of(out))
+    assert before <= datetime.datetime.fromisoformat(meta.pop("created")) <= after
+    assert meta == {"format": "feedline", "format_version": 2, "checksum": "xxh3_64", "count": 13,
+                    "classes": ["class_000", "class_001"], "source": mixed, "feedline_version": __version__,
+                    "pack_options": PackOptions().output_options(feedline_format("lmdb"))}
+
+
+def feedline_format(ext: str):
+    from converters import OutputFormat
+    return OutputFormat({"h5": "hdf5"}.get(ext, ext))
+
+
+def test_a_shuffled_pack_holds_the_records_in_the_seeds_order(mixed, tmp_path):
+    from feedline.scan import scan_folder, shuffled
+    out = str(tmp_path / "s.h5")
+    pack(mixed, out, shuffle=3)
+    order = [p for p in shuffled(scan_folder(mixed), 3).paths if p not in ("class_000/empty.jpg", "class_001/text.png")]
+    with feedline.open_dataset(out) as ds:
+        assert [ds.path(i) for i in range(len(ds))] == order != sorted(order)
+        assert ds.meta["pack_options"]["shuffle"] == 3
+
+
+def test_commit_bytes_ends_a_chunk_before_commit_every(big, tmp_path, monkeypatch):
+    from pack_helpers import committed
+    out = str(tmp_path / "o.lmdb")
+    with monkeypatch.context() as m:
+        interrupt_at(m, big, 6)
+        with pytest.raises(KeyboardInterrupt):
+            pack(big, out, commit_bytes=2_500_000, jobs=1)   # 1 MB files: a commit every 3
+    assert committed(out) == 3
+
+
+def test_the_journal_of_an_interrupted_pack_lists_each_chunk(mixed, tmp_path, monkeypatch):
+    """Read straight from the staging journal: chunk numbers, files consumed, first records,
+    the options and input digest, and per record its label, size, path, length and checksum."""
+    import json
+
+    from converters import PackOptions
+    from converters.journal import scan_digest
+    from feedline.format import checksum
+    from feedline.scan import scan_folder
+    out = str(tmp_path / "o.h5")
+    interrupted(mixed, out, monkeypatch)
+    _, *entries = [json.loads(line) for line in open(out + ".partial.journal", "rb").read().splitlines()]
+    scan = scan_folder(mixed)
+    assert [(e["chunk"], e["consumed"], e["first_record"]) for e in entries] == [(0, 3, 0), (1, 6, 2), (2, 9, 5)]
+    assert entries[0]["skipped"] == [["class_000/empty.jpg", "empty", "zero-byte file"]]
+    with feedline.open_dataset(pack(mixed, str(tmp_path / "whole.h5")).out) as ds:   # what the records become
+        final = {ds.path(i): (ds.label(i), list(ds.size(i)), bytes(ds.read(i))) for i in range(len(ds))}
+    converted = {"class_001/cmyk.jpg", "class_001/rgba.png", "class_001/rotated.jpg"}
+    for e in entries:
+        assert e["options"] == PackOptions(commit_every=3).output_options(feedline_format("h5"))
+        assert e["digest"] == scan_digest(scan) and e["version"] == 2
+        assert e["paths"] == [p for p in scan.paths[e["consumed"] - 3:e["consumed"]] if p in final]
+        for label, size, path, length, sums in zip(e["labels"], e["sizes"], e["paths"], e["lengths"], e["checksums"]):
+            data = final[path][2]
+            assert (label, size, length, sums) == (final[path][0], final[path][1], len(data), checksum(data))
+            assert label == scan.labels[scan.paths.index(path)]
+        assert e["converted"] == len(converted & set(e["paths"]))
+        assert e["source_bytes"] == sum(source_size(mixed, p) for p in e["paths"])
+
+
+def test_a_pack_interrupted_twice_resumes_twice_to_the_same_data_set(mixed, tmp_path, monkeypatch):
+    out = str(tmp_path / "o.lmdb")
+    interrupted(mixed, out, monkeypatch, k=5)
+    with monkeypatch.context() as m:
+        interrupt_at(m, mixed, 12)
+        with pytest.raises(KeyboardInterrupt):
+            pack(mixed, out, commit_every=3, jobs=1, resume=True)
+    report = pack(mixed, out, commit_every=3, resume=True)
+    assert report.resumed_from == 9
+    whole = pack(mixed, str(tmp_path / "whole.lmdb"), commit_every=3)
+    assert records_of(out) == records_of(whole.out) and report_fields(report) == report_fields(whole)
+
+
+def test_the_progress_bar_of_a_resumed_pack_starts_where_it_stopped(mixed, tmp_path, monkeypatch):
+    out = str(tmp_path / "o.lmdb")
+    interrupted(mixed, out, monkeypatch)
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    pack(mixed, out, commit_every=3, resume=True)
+    assert screen.getvalue().split("\r")[-1].startswith("pack: 100%") and "15/15" in screen.getvalue()
+    assert " 9/15" in screen.getvalue()
+    quiet = Terminal()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    pack(mixed, str(tmp_path / "q.lmdb"), progress=False)
+    assert quiet.getvalue() == ""
+
+
+def test_where_out_cannot_be_written_is_said_before_the_source_is_read(mixed, tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(PackError) as err:
+        pack(str(tmp_path / "no-such-src"), str(tmp_path / "file" / "sub" / "o.lmdb"))
+    assert str(err.value) == f"{tmp_path / 'file' / 'sub'}: cannot create the output folder (Not a directory)"
+    with pytest.raises(PackError) as err:
+        pack(str(tmp_path / "no-such-src"), str(tmp_path), format="lmdb")
+    assert str(err.value) == f"{tmp_path} is a folder; name an output file such as OUT.lmdb or OUT.h5"
+    with pytest.raises(PackError) as err:
+        pack(str(tmp_path / "no-such-src"), str(tmp_path / "file"), format="lmdb")
+    assert str(err.value) == (f"{tmp_path / 'file'} already exists; pass --overwrite to replace it "
+                              "(the old file stays until the new one is complete)")
+
+
+def test_on_error_fail_names_the_file_the_reason_and_that_nothing_was_written(mixed, tmp_path):
+    out = str(tmp_path / "o.h5")
+    with pytest.raises(PackError) as err:
+        pack(mixed, out, on_error="fail", commit_every=3)
+    assert str(err.value) == (f"{os.path.join(mixed, 'class_000/empty.jpg')}: empty: zero-byte file "
+                              f"(--on-error fail: stopped; nothing written at {out})")
+    assert os.listdir(tmp_path) == []
