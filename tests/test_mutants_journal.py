@@ -194,12 +194,12 @@ class Terminal(io.StringIO):
 
 def test_the_progress_bar_counts_files_and_shows_the_read_rate(tmp_path, monkeypatch):
     from feedline.sample import make_photo_folder
-    make_photo_folder(str(tmp_path / "src"), n=70, classes=2, seed=3, sizes=[(320, 240)])
+    make_photo_folder(str(tmp_path / "src"), n=64, classes=2, seed=3, sizes=[(320, 240)])
     screen = Terminal()
     monkeypatch.setattr(sys, "stderr", screen)
     pack(str(tmp_path / "src"), str(tmp_path / "o.lmdb"), jobs=1)
     last = screen.getvalue().split("\r")[-1]
-    assert re.search(r"70/70 \[.*, (\d+\.\d) MiB/s\]", last), last
+    assert re.search(r"64/64 \[.*, (\d+\.\d) MiB/s\]", last), last   # the rate: every 64 files
     assert float(re.search(r"(\d+\.\d) MiB/s", last).group(1)) > 0
 
 
@@ -591,7 +591,7 @@ def test_commit_bytes_ends_a_chunk_before_commit_every(big, tmp_path, monkeypatc
     with monkeypatch.context() as m:
         interrupt_at(m, big, 6)
         with pytest.raises(KeyboardInterrupt):
-            pack(big, out, commit_bytes=2_500_000, jobs=1)   # 1 MB files: a commit every 3
+            pack(big, out, commit_bytes=3_000_000, jobs=1)   # 1 MB files: a commit once 3 reach it
     assert committed(out) == 3
 
 
@@ -660,6 +660,11 @@ def test_where_out_cannot_be_written_is_said_before_the_source_is_read(mixed, tm
     with pytest.raises(PackError) as err:
         pack(str(tmp_path / "no-such-src"), str(tmp_path), format="lmdb")
     assert str(err.value) == f"{tmp_path} is a folder; name an output file such as OUT.lmdb or OUT.h5"
+    with pytest.raises(PackError, match="cannot tell the format from the extension"):
+        pack(str(tmp_path / "no-such-src"), str(tmp_path / "o.txt"))
+    os.symlink(tmp_path / "nowhere", tmp_path / "link.lmdb")
+    with pytest.raises(PackError, match="already exists"):
+        pack(str(tmp_path / "no-such-src"), str(tmp_path / "link.lmdb"))
     with pytest.raises(PackError) as err:
         pack(str(tmp_path / "no-such-src"), str(tmp_path / "file"), format="lmdb")
     assert str(err.value) == (f"{tmp_path / 'file'} already exists; pass --overwrite to replace it "
@@ -673,3 +678,89 @@ def test_on_error_fail_names_the_file_the_reason_and_that_nothing_was_written(mi
     assert str(err.value) == (f"{os.path.join(mixed, 'class_000/empty.jpg')}: empty: zero-byte file "
                               f"(--on-error fail: stopped; nothing written at {out})")
     assert os.listdir(tmp_path) == []
+
+
+def test_resume_is_refused_when_the_labels_csv_renamed_a_class_or_relabelled_a_file(mixed, tmp_path, monkeypatch):
+    """The same files under other class names, or one file under another class, is another data
+    set: the journal's input digest covers the class names and every file's label."""
+    from feedline.scan import scan_folder
+    photos = [p for p in scan_folder(mixed).paths if "/img_" in p]
+    csv = tmp_path / "labels.csv"
+
+    def write(names, relabel=None):
+        csv.write_text("path,label\n" + "".join(
+            f"{p},{names[(i + (p == relabel)) % 2]}\n" for i, p in enumerate(photos)))
+    write(["cat", "dog"])
+    out = str(tmp_path / "o.lmdb")
+    with monkeypatch.context() as m:
+        interrupt_at(m, mixed, scan_folder(mixed).paths.index(photos[5]) + 1)   # after 2 commits
+        with pytest.raises(KeyboardInterrupt):
+            pack(mixed, out, labels_csv=str(csv), commit_every=2, jobs=1)
+    for names, relabel in ((["lion", "wolf"], None), (["cat", "dog"], photos[-1])):
+        write(names, relabel)
+        with pytest.raises(PackError, match="the source folder changed since the interrupted pack"):
+            pack(mixed, out, labels_csv=str(csv), commit_every=2, resume=True)
+    write(["cat", "dog"])
+    report = pack(mixed, out, labels_csv=str(csv), commit_every=2, resume=True)
+    whole = pack(mixed, str(tmp_path / "whole.lmdb"), labels_csv=str(csv), commit_every=2)
+    assert report.resumed_from == 4 and records_of(out) == records_of(whole.out)
+    assert (whole.found, whole.packed, whole.skipped_by_reason) == (15, 10, {"not-in-labels-csv": 5})
+    assert report_fields(report) == report_fields(whole)
+
+
+
+def test_hdf5_stages_more_records_than_one_writev_takes(tmp_path):
+    """1,050 small records staged at one commit: more buffers than the kernel's IOV_MAX (1,024)."""
+    ok, tiny = cv2.imencode(".jpg", np.full((8, 8, 3), 200, np.uint8))
+    (tmp_path / "src" / "c").mkdir(parents=True)
+    for k in range(1050):
+        (tmp_path / "src" / "c" / f"{k:04d}.jpg").write_bytes(tiny.tobytes())
+    out = str(tmp_path / "o.h5")
+    pack(str(tmp_path / "src"), out, commit_every=2000, jobs=1)
+    assert stored_as_sources(out, str(tmp_path / "src")) == 1050
+
+
+def test_a_leftover_unfinished_pack_is_named_when_discarded(mixed, tmp_path, monkeypatch, caplog):
+    for ext, first in (("lmdb", ".partial"), ("h5", ".partial.images")):
+        out = str(tmp_path / f"o.{ext}")
+        interrupted(mixed, out, monkeypatch)
+        caplog.clear()
+        pack(mixed, out)
+        said = [r.getMessage() for r in caplog.records if r.name == "converters.packer"]
+        assert said == [f"{out}{first}: discarding an unfinished pack (pass --resume to continue it)"]
+
+
+def test_resume_refused_for_room_keeps_what_is_committed(big, small_disk, tmp_path, monkeypatch):
+    from feedline.errors import DiskFullError
+    out = str(small_disk.path / "o.lmdb")
+    with monkeypatch.context() as m:
+        interrupt_at(m, big, 4)
+        with pytest.raises(KeyboardInterrupt):
+            pack(big, out, commit_every=3, jobs=1)
+    (small_disk.path / "ballast").write_bytes(b"\0" * (8 << 20))   # the rest no longer fits
+    with pytest.raises(DiskFullError):
+        pack(big, out, commit_every=3, resume=True)
+    assert sorted(os.listdir(small_disk.path)) == ["ballast", "o.lmdb.partial"]   # kept for a later resume
+    os.remove(small_disk.path / "ballast")
+    assert pack(big, out, commit_every=3, resume=True).resumed_from == 3
+    assert stored_as_sources(out, big) == 7
+
+
+def test_out_made_a_folder_during_the_pack_is_a_write_failure_and_resume_finishes(mixed, tmp_path, monkeypatch):
+    import converters.packer as packer
+    from feedline.scan import scan_folder
+    out = str(tmp_path / "o.lmdb")
+    real, last = packer.check_file, scan_folder(mixed).paths[-1]
+
+    def racing(root, rel, options):   # another process makes OUT a folder meanwhile
+        if rel == last:
+            os.mkdir(out)
+        return real(root, rel, options)
+    with monkeypatch.context() as m:
+        m.setattr(packer, "check_file", racing)
+        with pytest.raises(PackError) as err:
+            pack(mixed, out, commit_every=3)
+    assert str(err.value) == (f"{out}: write failed (Is a directory); what is committed is intact: "
+                              "fix the cause and rerun with --resume")
+    os.rmdir(out)
+    assert pack(mixed, out, commit_every=3, resume=True).packed == 13
