@@ -33,7 +33,7 @@ declare -A AREAS=(
   [sources]="feedline/sources/threads.py feedline/sources/decode_queue.py feedline/sources/host_finisher.py
              feedline/sources/records.py feedline/sources/ring.py | $LOADER_TESTS tests/test_mutants_sources.py"
   [dali]="feedline/sources/dali.py feedline/sources/known_bad.py |
-          tests/test_dali.py tests/test_sources_ledger.py tests/test_loader_oracles.py"
+          tests/test_dali.py tests/test_sources_ledger.py tests/test_loader_oracles.py tests/test_mutants_dali.py"
   [stores]="feedline/stores/base.py feedline/stores/lmdb_store.py feedline/stores/hdf5_store.py
             feedline/stores/folder_store.py feedline/stores/sharded_store.py feedline/stores/__init__.py |
             tests/test_stores.py tests/test_checksums.py tests/test_shards.py tests/test_readahead.py
