@@ -6,11 +6,21 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
-from feedline import FeedLoader
+from feedline import FeedLoader, open_dataset
+from feedline.augment import AugmentSpec
+from feedline.choices import OnError, Order
+from feedline.config import OutputSpec
+from feedline.decoders import get_decoder
 from feedline.errors import DecodeError
+from feedline.plan import EpochPlan
+from feedline.sources.decode_queue import DecodeQueue
+from feedline.sources.host_finisher import HostFinisher
+from feedline.sources.ring import BatchRing
+from feedline.stats import LoaderStats
 from storefiles import make_records, write_lmdb
 
 HUGE_PAGE = 2 << 20
@@ -100,3 +110,51 @@ def test_the_error_of_a_bad_record_reads_as_one_sentence_each(tmp_path, damage):
                                "Check the file with `feedline verify`, or pass on_error='substitute'.")
     assert ".." not in str(info.value)
     loader.close()
+
+
+class ShortOfMemory(HostFinisher):
+    """The host finisher, on a machine that cannot allocate the third batch's output."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.made = 0
+
+    def new_batch(self, n):
+        self.made += 1
+        if self.made == 3:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+        return super().new_batch(n)
+
+
+def test_a_batch_that_cannot_be_allocated_fails_in_order_instead_of_going_missing(packed_lmdb):
+    """An allocation failure in a decode thread (out of memory) reaches the consumer after
+    the batches before it, and the threads end. Before, the thread died with its slot: the
+    other threads went on and the epoch silently skipped that batch (one thread: the
+    consumer waited forever). The consumer runs in a thread here so that a hang fails."""
+    store = open_dataset(str(packed_lmdb))
+    epoch = EpochPlan(AugmentSpec(size=(32, 32)), seed=0, epoch=0, order=Order.SEQUENTIAL, batch_size=4,
+                      drop_last=False)
+    converter = ShortOfMemory(OutputSpec(), (32, 32))
+    queue = DecodeQueue(store, get_decoder("opencv"), BatchRing(4, 4, (32, 32), pin=False),
+                        epoch.batches(store.labels, store.sizes), epoch, num_threads=2, on_error=OnError.RAISE,
+                        stats=LoaderStats(), converter=converter)
+    got, errors = [], []
+
+    def consume():
+        try:
+            while (batch := queue.next_filled()) is not None:
+                got.append((batch.plan.number, tuple(batch.output.shape)))
+                queue.release(batch.slot)
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    consumer.join(timeout=60)
+    hung = consumer.is_alive()
+    queue.close()   # wakes a consumer still waiting (next_filled returns None) and joins the threads
+    consumer.join()
+    assert not hung, "the consumer waited forever for a batch no thread would make"
+    assert got == [(0, (4, 3, 32, 32)), (1, (4, 3, 32, 32))]
+    assert [str(e) for e in errors] == ["DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"]
+    assert not [t for t in threading.enumerate() if t.name.startswith("feedline-decode")]

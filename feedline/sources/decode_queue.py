@@ -106,18 +106,18 @@ class DecodeQueue:
             if self._free and not self._plans_done:
                 try:
                     plan = next(self._plans)
+                    output = self._converter.new_batch(len(plan)) if self._converter else None
                 except StopIteration:
                     self._plans_done = True
                     self._cond.notify_all()
                     continue
-                except BaseException as exc:  # planning failed: the consumer must hear of it, in order
+                except BaseException as exc:  # planning or allocating a batch failed: the consumer hears it in order
                     self._plans_done = True
                     self._assigned.append(_Batch(None, -1, error=exc))
                     self._cond.notify_all()
                     continue
                 slot = self._free.popleft()
                 self._ring.labels_np[slot, :len(plan)] = plan.labels
-                output = self._converter.new_batch(len(plan)) if self._converter else None
                 self._assigned.append(_Batch(plan, slot, output=output))
                 continue
             self._cond.wait()
