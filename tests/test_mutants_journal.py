@@ -553,9 +553,15 @@ def test_a_pack_reports_what_it_read_and_wrote_and_stamps_its_metadata(mixed, tm
     from converters import PackOptions
     from feedline import __version__
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TZ", "Asia/Tokyo")   # the stamp is UTC whatever the machine's zone
+    time.tzset()
     t0 = time.perf_counter()
     before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    report = pack(mixed, "rel/o.lmdb", jobs=1)   # a relative OUT, in a folder that does not exist yet
+    try:   # a relative OUT, in a folder that does not exist yet; several commits
+        report = pack(mixed, "rel/o.lmdb", jobs=1, commit_every=3)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
     after = datetime.datetime.now(datetime.timezone.utc)
     took = time.perf_counter() - t0
     out = str(tmp_path / "rel" / "o.lmdb")
@@ -594,6 +600,12 @@ def test_commit_bytes_ends_a_chunk_before_commit_every(big, tmp_path, monkeypatc
         interrupt_at(m, big, 6)
         with pytest.raises(KeyboardInterrupt):
             pack(big, out, commit_bytes=3_000_000, jobs=1)   # 1 MB files: a commit once 3 reach it
+    assert committed(out) == 3
+    out = str(tmp_path / "p.lmdb")
+    with monkeypatch.context() as m:
+        interrupt_at(m, big, 6)
+        with pytest.raises(KeyboardInterrupt):
+            pack(big, out, commit_bytes=2_000_001, jobs=1)   # 2 files fall one byte short
     assert committed(out) == 3
 
 
@@ -798,3 +810,11 @@ def test_lmdb_resume_reopens_the_map_with_room_to_grow(tmp_path, monkeypatch, ca
     assert pack(str(src), out, commit_every=2, resume=True).resumed_from == 4
     assert growth(caplog, out) == [] and redone(caplog) == []
     assert stored_as_sources(out, str(src)) == 6
+
+
+def test_each_skipped_file_is_logged_with_its_reason(mixed, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="converters.packer")
+    pack(mixed, str(tmp_path / "o.lmdb"))
+    said = [r.getMessage() for r in caplog.records if r.name == "converters.packer"]
+    assert "skipped class_000/empty.jpg: empty: zero-byte file" in said
+    assert [m for m in said if m.startswith("skipped ")][1].startswith("skipped class_001/text.png: not-an-image: ")
