@@ -37,7 +37,7 @@ declare -A AREAS=(
   [stores]="feedline/stores/base.py feedline/stores/lmdb_store.py feedline/stores/hdf5_store.py
             feedline/stores/folder_store.py feedline/stores/sharded_store.py feedline/stores/__init__.py |
             tests/test_stores.py tests/test_checksums.py tests/test_shards.py tests/test_readahead.py
-            tests/test_info_verify.py tests/test_scan.py tests/test_loader_oracles.py"
+            tests/test_info_verify.py tests/test_scan.py tests/test_loader_oracles.py tests/test_mutants_stores.py"
   [journal]="converters/journal.py converters/packer.py converters/writer_base.py converters/lmdb_writer.py
              converters/hdf5_writer.py | tests/test_pack_resume.py tests/test_pack.py tests/test_disk_full.py
              tests/test_shards.py tests/test_ordered.py tests/test_mutants_journal.py"

@@ -24,6 +24,14 @@ def _meta_text(value) -> bytes | str:
     return value if isinstance(value, (str, bytes)) else str(value)
 
 
+def _dataset(fh: h5py.File, name: str, filename: str):
+    """``fh[name]``; a StoreError naming ``name`` when the file has no such object (h5py's own
+    KeyError says "Unable to synchronously open object", for a missing and a damaged one alike)."""
+    if name not in fh:
+        raise StoreError(f"{filename}: dataset {name!r} is missing; the file is damaged. Pack it again.")
+    return fh[name]
+
+
 class Hdf5Store(Store):
     """h5py is used once, at open, to find the metadata and where the bytes lie; reads
     slice a numpy memory map of that region, so threads never take h5py's global lock."""
@@ -41,12 +49,13 @@ class Hdf5Store(Store):
                 if HDF5_META_ATTR not in fh.attrs:
                     raise StoreError(f"{filename}: an HDF5 file, but not a feedline store (no 'meta' attribute)")
                 self.meta = parse_meta(_meta_text(fh.attrs[HDF5_META_ATTR]), filename)
-                images = fh[HDF5_IMAGES]
-                self.offsets = np.ascontiguousarray(fh[HDF5_OFFSETS][...], dtype=np.int64).reshape(-1)
+                images = _dataset(fh, HDF5_IMAGES, filename)
+                self.offsets = np.ascontiguousarray(_dataset(fh, HDF5_OFFSETS, filename)[...],
+                                                    dtype=np.int64).reshape(-1)
                 # Cast on read: the columns keep their documented types whatever HDF5 stored.
                 names = COLUMN_NAMES + ((CHECKSUMS,) if has_checksums(self.meta) else ())
-                buffers = {name: np.ascontiguousarray(fh[name][...], dtype=COLUMN_DTYPES[name]).reshape(-1)
-                           for name in names}
+                buffers = {name: np.ascontiguousarray(_dataset(fh, name, filename)[...],
+                                                      dtype=COLUMN_DTYPES[name]).reshape(-1) for name in names}
                 if not isinstance(images, h5py.Dataset) or images.dtype != np.uint8 or images.ndim != 1:
                     raise StoreError(f"{filename}: the images dataset is not a flat uint8 array; "
                                      "the file is damaged. Pack it again.")
@@ -55,10 +64,9 @@ class Hdf5Store(Store):
                 if images.chunks is not None or images.compression is not None:
                     raise StoreError(f"{filename}: the images dataset is chunked or compressed; "
                                      "feedline writes it contiguous. Pack it again with feedline.")
-            except KeyError as exc:
-                raise StoreError(f"{filename}: dataset {exc} is missing; the file is damaged. Pack it again.") from None
-            except (OSError, ValueError, TypeError, AttributeError) as exc:
-                raise StoreError(f"{filename}: cannot read the HDF5 layout ({exc}); the file is damaged. "
+            except (KeyError, OSError, ValueError, TypeError, AttributeError) as exc:  # KeyError: present, unreadable
+                detail = exc.args[0] if isinstance(exc, KeyError) else exc   # str() of a KeyError quotes its text
+                raise StoreError(f"{filename}: cannot read the HDF5 layout ({detail}); the file is damaged. "
                                  "Pack it again.") from None
         self.classes = list(self.meta["classes"])
         self.columns = load_columns(buffers, self.meta["count"], filename)

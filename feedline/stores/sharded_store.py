@@ -94,7 +94,7 @@ class ShardedStore(Store):
                 raise StoreError(f"{path}: shard {entry['file']} is missing (no {file}); copy it next to "
                                  "the index, or pack that shard again (feedline pack ... --shard-index K)")
         if len(set(map(os.path.realpath, files))) < len(files):
-            raise StoreError(f"{path}: the index names a shard twice; write it again with `feedline pack --join`")
+            raise StoreError(f"{path}: the index names a shard twice; write it again with `feedline pack --join OUT`")
         stores = _open_all(files)
         try:
             _check_against_index(stores, index, path)
@@ -134,7 +134,7 @@ class ShardedStore(Store):
         return ranges
 
     def byte_lengths(self) -> np.ndarray:
-        return np.concatenate([s.byte_lengths() for s in self._stores]) if self._stores else np.zeros(0, np.int64)
+        return np.concatenate([s.byte_lengths() for s in self._stores])   # a set has at least one shard
 
     def layout_problems(self) -> list[str]:
         return [f"shard {os.path.basename(s.filename)}: {p}" for s in self._stores for p in s.layout_problems()]
@@ -205,10 +205,14 @@ def _in_shard_order(stores: list[Store]) -> list[Store]:
                              "keep one")
         by_index[k] = store
     missing = [k for k in range(count) if k not in by_index]
-    if missing or len(by_index) != count:
+    if missing:
         names = ", ".join(str(k) for k in missing[:5]) + (", ..." if len(missing) > 5 else "")
         raise StoreError(f"{stores[0].filename}: shard(s) {names} of {count} missing from the set; "
                          "give every shard (a glob such as OUT-*-of-*.lmdb, or the index OUT.shards.json)")
+    for k, store in by_index.items():
+        if k not in range(count):   # every index 0 .. count - 1 is here: this one is extra
+            raise StoreError(f"{store.filename}: shard {k!r} of {count}, not one of 0..{count - 1}: its metadata "
+                             "is damaged. Pack that shard again")
     return [by_index[k] for k in range(count)]
 
 
