@@ -216,7 +216,7 @@ def warn_if_class_sorted(store, quasi_random: tuple[int, int]) -> None:
     import numpy as np
     block, window = quasi_random
     labels = np.asarray(store.labels)
-    if block * window >= len(labels) or len(labels) < 2:
+    if block * window >= len(labels):  # one window holds the store (and block, window >= 1: two records or more)
         return
     if float(np.mean(labels[1:] == labels[:-1])) >= 0.5:
         log.warning("%s: order='quasi-random' reads windows of %d records from a store packed class by "
