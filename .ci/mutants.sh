@@ -89,20 +89,23 @@ import json, sys
 from collections import Counter
 from pathlib import Path
 folder, area = Path(sys.argv[1]), sys.argv[2]
-# mutmut's exit codes (mutmut/stats.py): 1, 3 killed; 0 survived; 5, 33 no tests; SIGXCPU timeout
+# mutmut's exit codes (mutmut/stats.py): 1, 3 killed; 0 survived; 5, 33 no tests; SIGXCPU timeout.
+# A test process killed by SIGBUS/SIGSEGV/SIGABRT (mutmut: "suspicious") crashed on the mutant:
+# killed, like a timeout (e.g. a weakened length check lets a truncated LMDB file be mapped).
 KIND = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests",
-        -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", 36: "timeout"}
+        -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", 36: "timeout",
+        -7: "crash", -11: "crash", -6: "crash"}
 lines = []
 for meta in sorted((folder / "mutants").rglob("*.py.meta")):
     codes = list(json.loads(meta.read_text())["exit_code_by_key"].values())
     if not codes:
         continue
     c = Counter(KIND.get(code, "other") for code in codes)
-    killed = c["killed"] + c["timeout"]
+    killed = c["killed"] + c["timeout"] + c["crash"]
     module = str(meta.relative_to(folder / "mutants"))[:-len(".meta")]
     lines.append(f"{area}: {module}: killed {killed} / {len(codes)} ({100 * killed / len(codes):.1f}%), "
                  f"survived {c['survived']}, no tests {c['no tests']}, timeout {c['timeout']}"
-                 + (f", other {c['other']}" if c["other"] else ""))
+                 + (f", crash {c['crash']}" if c["crash"] else "") + (f", other {c['other']}" if c["other"] else ""))
 print("\n".join(lines))
 (folder / "score.txt").write_text("\n".join(lines) + "\n")
 EOF
