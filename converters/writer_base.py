@@ -34,7 +34,6 @@ def remove_quietly(path: str) -> None:
 
 class Writer(ABC):
     def __init__(self, out: str):
-        self.out = out
         self.partial_path = out + PARTIAL_SUFFIX
 
     @property
