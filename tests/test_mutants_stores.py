@@ -14,6 +14,7 @@ import h5py
 import lmdb
 import numpy as np
 import pytest
+from process_helpers import in_child
 from storefiles import Records, jpeg, make_records, write_hdf5, write_lmdb
 
 from feedline import StoreError, open_dataset
@@ -459,28 +460,6 @@ def test_hdf5_image_data_never_written_is_refused(tmp_path, records):
 
 
 # -- lmdb_store.py ----------------------------------------------------------------------------------
-
-def in_child(work) -> tuple[int, bytes]:
-    """Run ``work()`` (returning bytes) in a forked child: (exit code, negative for a signal; its bytes).
-    A crash (an unmapped buffer read, say) stays in the child."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:   # never return into pytest
-        code = 1
-        try:
-            os.close(read_fd)
-            os.write(write_fd, work())
-            code = 0
-        except BaseException as exc:   # noqa: BLE001 - reported to the parent
-            os.write(write_fd, f"{type(exc).__name__}: {exc}".encode())
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as fh:
-        out = fh.read()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out
-
 
 def page_size(path: str) -> int:
     env = lmdb.open(path, subdir=False, readonly=True, lock=False)

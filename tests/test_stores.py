@@ -10,6 +10,7 @@ import h5py
 import lmdb
 import numpy as np
 import pytest
+from process_helpers import in_child
 from storefiles import WRITERS, make_records, write_hdf5, write_lmdb
 
 from feedline import StoreError, open_dataset
@@ -206,22 +207,8 @@ def test_read_after_os_fork_with_threads_reading(packed, records):
             t.start()
         for t in threads:
             t.join()
-        read_fd, write_fd = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # child: never return into pytest
-            code = 1
-            try:
-                os.close(read_fd)
-                ok = read_all(store) == records.images
-                os.write(write_fd, b"ok" if ok else b"mismatch")
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write_fd)
-        with os.fdopen(read_fd, "rb") as fh:
-            report = fh.read()
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+        code, report = in_child(lambda: b"ok" if read_all(store) == records.images else b"mismatch")
+        assert code == 0
         assert report == b"ok"
         assert read_all(store) == records.images
 
