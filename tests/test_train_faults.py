@@ -107,3 +107,19 @@ def test_a_rank_killed_under_torchrun_ends_the_job_and_resume_continues(data, tm
     whole = Job(torchrun(data, *DDP, "--max-steps", END, "--out", reference), tmp_path / "whole.log")
     assert whole.wait(60) == 0, whole.output()[-3000:]
     assert_same_weights(out, reference)
+
+
+@pytest.mark.parametrize("message", [
+    "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:29500",
+    "Connection reset by peer",
+    "Timed out waiting 5000ms for recv operation to complete",
+    # gloo when --timeout ends a collective inside DDP's forward (its buffer broadcast) on a hung peer
+    "Application timeout caused pair closure",
+])
+def test_the_messages_of_a_lost_peer_are_explained_as_one(message):
+    from feedline.train.distributed import DistInfo
+    from feedline.train.failures import is_peer_failure
+    two_ranks = DistInfo(rank=0, world_size=2, backend="gloo")
+    assert is_peer_failure(RuntimeError(message), two_ranks)
+    assert not is_peer_failure(RuntimeError(message), DistInfo())            # no peers: a bug of this run
+    assert not is_peer_failure(RuntimeError("mat1 and mat2 shapes cannot be multiplied"), two_ranks)

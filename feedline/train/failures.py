@@ -18,7 +18,8 @@ from .distributed import DistInfo
 
 # Words of the errors gloo and NCCL raise (as plain RuntimeErrors) when a peer is gone or silent.
 _PEER_LOST = ("third_party/gloo", "Connection closed by peer", "Connection reset by peer",
-              "Timed out waiting", "NCCL", "Watchdog caught collective")
+              "Timed out waiting", "Application timeout caused pair closure", "NCCL",
+              "Watchdog caught collective")
 
 
 class Terminated(BaseException):
