@@ -27,6 +27,7 @@ import numpy as np
 
 from feedline.errors import PackError
 from feedline.format import HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS, Columns, meta_to_bytes
+from feedline.targets import TARGET_DTYPES
 
 from .disk_space import write_failed
 from .journal import JournalEntry
@@ -147,8 +148,10 @@ class Hdf5Writer(Writer):
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         try:
+            fields = {k: np.frombuffer(v, dtype=TARGET_DTYPES[k]) for k, v in columns.items()
+                      if k in TARGET_DTYPES and k != "labels"}   # the columns of fields beyond label
             data_offset = self._create_container(Columns.from_buffers(columns, len(lengths), self.partial_path),
-                                                 meta, offsets)
+                                                 meta, offsets, fields)
             if data_offset == self._base:
                 self._wrap_staged_bytes(total)
             else:
@@ -158,13 +161,15 @@ class Hdf5Writer(Writer):
             remove_quietly(self.partial_path)
             raise write_failed(self.partial_path, exc) from None
 
-    def _create_container(self, columns: Columns, meta: dict, offsets: np.ndarray) -> int:
+    def _create_container(self, columns: Columns, meta: dict, offsets: np.ndarray, fields: dict) -> int:
         """The HDF5 file with everything but the image bytes; returns where they go."""
         with h5py.File(self.partial_path, "w") as fh:
             data_offset = _create_images(fh, int(offsets[-1])).id.get_offset()
             fh.create_dataset(HDF5_OFFSETS, data=offsets)
             for name in columns.names:
                 fh.create_dataset(name, data=columns.array(name))
+            for name, array in fields.items():
+                fh.create_dataset(name, data=array)
             fh.attrs[HDF5_META_ATTR] = meta_to_bytes(meta).decode("utf-8")
         if data_offset is None:
             raise PackError(f"{self.partial_path}: HDF5 did not allocate the images dataset")

@@ -32,6 +32,7 @@ from .decode_check import DecodeCheck, DecodeChecker
 from .disk_space import check_room_for, write_failed
 from .journal import JournalEntry, check_entries, scan_digest
 from .normalize import Conversion, Record, check_file, convert
+from .records import target_column_bytes
 from .options import OnError, PackCheck, PackOptions, format_for
 from .ordered import OrderedPool
 from .report import PackReport, Skip, write_error_report
@@ -122,8 +123,9 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
             raise PackError(_nothing_packed(scan, skipped))
         meta = make_meta(count=len(tally.labels), classes=scan.classes, pack_options=wanted,
                          source=scan.root, created=_utc_now(),
-                         feedline_version=__version__, shard=shard)
+                         feedline_version=__version__, shard=shard, fields=scan.fields)
         columns = column_bytes(tally.labels, tally.sizes, tally.paths, tally.checksums)
+        columns.update(target_column_bytes(scan, tally.paths))
         writer.finish(columns, meta, tally.lengths)
         try:
             report_path = write_error_report(out, skipped)

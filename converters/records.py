@@ -1,4 +1,5 @@
-"""What checking one input file gives: the Record to store, or the Conversion to run.
+"""What checking one input file gives: the Record to store, or the Conversion to run;
+and the target columns of the records packed.
 
 Shared by the cheap header check (`normalize`) and the slow re-encode (`reencode`),
 so that neither imports the other's libraries: checking a JPEG stored as it is needs
@@ -8,6 +9,8 @@ file, and a tuple is made (and its class defined) several times faster.
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from feedline.scan import ScanResult
 
 from .options import PackOptions
 from .report import Skip, SkipReason
@@ -34,3 +37,13 @@ class Conversion(NamedTuple):
 def too_large(rel: str, width: int, height: int, options: PackOptions) -> Skip:
     return Skip(rel, SkipReason.TOO_LARGE,
                 f"{width}x{height} = {width * height} pixels > max_pixels {options.max_pixels}")
+
+
+def target_column_bytes(scan: ScanResult, paths: list[str]) -> dict[str, bytes]:
+    """The stored bytes of the fields beyond label (`feedline.targets`) of the records packed,
+    ``paths`` in record order; taken from the scan at the end, so a resumed pack needs no
+    targets in its journal."""
+    if scan.targets is None or not scan.targets.fields:
+        return {}
+    place = {p: i for i, p in enumerate(scan.paths)}
+    return scan.targets.take([place[p] for p in paths]).to_bytes()

@@ -57,12 +57,16 @@ def _pack_id(scan: ScanResult, options: PackOptions, fmt, ranges: list[tuple[int
     """The same for every shard of one pack, on any machine: the input, the options that
     shape the output (the labels file by content, not by its path) and the plan."""
     wanted = {k: v for k, v in options.output_options(fmt).items() if k != "labels_csv"}
-    text = json.dumps([scan_digest(scan), wanted, ranges], sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    targets = scan.targets if scan.targets is not None and scan.targets.fields else None
+    extra = [] if targets is None else [scan.fields]
+    h = hashlib.sha256(json.dumps([scan_digest(scan), wanted, ranges, *extra], sort_keys=True).encode())
+    for buf in (targets.to_bytes().values() if targets is not None else ()):
+        h.update(buf)   # the other fields' values: shards packed from other labels files do not join
+    return h.hexdigest()[:32]
 
 
 def _part(scan: ScanResult, start: int, stop: int) -> ScanResult:
-    return replace(scan, paths=scan.paths[start:stop], labels=scan.labels[start:stop], problems=[])
+    return replace(scan.part(range(start, stop)), problems=[])
 
 
 def pack_sharded(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions) -> PackReport:

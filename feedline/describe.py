@@ -1,7 +1,8 @@
 """What a data set holds, from its columns and metadata alone: nothing is decoded.
 
 ``describe`` backs ``feedline info``: record and class counts, encoded bytes, the
-spread of image sizes, the format and how the file was packed.
+spread of image sizes, the format, how the file was packed, and its fields (labels and
+boxes per image, target ranges: `feedline.target_stats`).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .stores import Store, open_dataset
+from .target_stats import describe_fields, field_stats
 
 
 @dataclass
@@ -56,6 +58,7 @@ class DatasetInfo:
     source: str | None = None
     created: str | None = None
     feedline_version: str | None = None
+    fields: dict = field(default_factory=dict)   # field name -> its statistics (`target_stats.field_stats`)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,7 +77,10 @@ def _describe(store: Store) -> DatasetInfo:
     labels = np.asarray(store.labels)
     k = len(store.classes)
     in_range = (labels >= 0) & (labels < k)
-    counts = np.bincount(labels[in_range], minlength=k) if k else np.zeros(0, dtype=np.int64)
+    if "label" not in store.fields:   # no single class per record: the labels column holds -1
+        in_range[:] = True
+        labels = _class_occurrences(store)
+    counts = np.bincount(labels[(labels >= 0) & (labels < k)], minlength=k) if k else np.zeros(0, dtype=np.int64)
     lengths = store.byte_lengths()
     sizes = np.asarray(store.sizes).reshape(-1, 2)
     image_bytes = int(lengths.sum())
@@ -101,7 +107,18 @@ def _describe(store: Store) -> DatasetInfo:
         source=meta.get("source"),
         created=meta.get("created"),
         feedline_version=meta.get("feedline_version"),
+        fields=field_stats(store.target_columns),
     )
+
+
+def _class_occurrences(store: Store) -> np.ndarray:
+    """Without a label field, a class counts the records whose labels name it (or its boxes)."""
+    a, k = store.target_columns.arrays, max(len(store.classes), 1)
+    for offsets, classes in (("label_set_offsets", "label_set_classes"), ("box_offsets", "box_classes")):
+        if classes in a:
+            owner = np.repeat(np.arange(len(store)), np.diff(a[offsets]))
+            return np.unique(owner * k + a[classes]) % k   # once per record however often it names it
+    return np.zeros(0, dtype=np.int64)
 
 
 def human_bytes(n: float) -> str:
@@ -133,6 +150,7 @@ def format_info(info: DatasetInfo, max_classes: int = 20) -> str:
     rows += [
         ("records", f"{info.count:,}"),
         ("classes", f"{len(info.classes):,}"),
+        ("fields", describe_fields(info.fields)),
         ("image bytes", f"{human_bytes(info.image_bytes)} total, {human_bytes(info.mean_image_bytes)} mean"),
     ]
     for name, stats in (("height", info.height), ("width", info.width)):

@@ -1,13 +1,16 @@
 """The on-disk formats: the contract between converters (writers) and stores (readers).
 
-A record is the encoded image, its label, its (height, width), its source path
+A record is the encoded image, its targets, its (height, width), its source path
 relative to the packed folder and the checksum of its bytes. Per-record metadata lives
 in columns shared by both formats; the data-set metadata is one JSON object. No pickle
 anywhere.
 
 Versions: 2 adds the ``checksums`` column (xxh3_64 of each record's bytes, computed
 at pack time, checked by ``Store.read_checked``). Version-1 files still open, without
-checksums. A reader refuses a version it does not know, naming both.
+checksums. 3 adds fields beyond one label (`feedline.targets`: several labels, numeric
+targets, boxes): the metadata's ``"fields"`` names them with their specs, and each has its
+columns. A store with the label alone is written as version 2, which older feedlines read
+too. A reader refuses a version it does not know, naming both.
 
 LMDB (one file, ``subdir=False``)::
 
@@ -17,6 +20,8 @@ LMDB (one file, ``subdir=False``)::
     feedline/col/path_offsets   int64[n + 1]
     feedline/col/path_bytes     uint8[...]    UTF-8 paths, concatenated
     feedline/col/checksums      uint64[n]     little endian, xxh3_64 of each record (version 2)
+    feedline/col/label_set_offsets ...       the columns of the fields (version 3; see
+                                             `feedline.targets`); labels is -1 without a label field
     img/0000000000 ...          encoded image of record i (``image_key(i)``)
     feedline/journal/00000000   only in an unfinished pack: resume bookkeeping
 
@@ -25,7 +30,7 @@ HDF5::
     attrs["meta"]               the same JSON
     images                      uint8[total], contiguous, uncompressed (memory-mappable)
     offsets                     int64[n + 1]  record i is images[offsets[i]:offsets[i+1]]
-    labels, sizes, path_offsets, path_bytes, checksums   the columns as datasets
+    labels, sizes, path_offsets, path_bytes, checksums, fields' columns: the columns as datasets
 
 Sharded data sets: OUT-00000-of-00004.lmdb ... (``shard_name``), each a complete store
 whose metadata adds ``"shard": {"index": k, "of": n, "pack_id": ...}`` (``pack_id`` is
@@ -55,10 +60,12 @@ if TYPE_CHECKING:
     import numpy as np
 
 from .errors import StoreError
+from .targets import LABEL_ONLY, FieldsError, check_fields
 
 FORMAT_NAME = "feedline"
-FORMAT_VERSION = 2                 # what this code writes
-KNOWN_VERSIONS = (1, 2)            # what it reads
+FORMAT_VERSION = 3                 # the newest version this code writes (with fields beyond label)
+LABEL_ONLY_VERSION = 2             # what it writes for a store with the label alone
+KNOWN_VERSIONS = (1, 2, 3)         # what it reads
 CHECKSUM_NAME = "xxh3_64"          # the algorithm, recorded in the metadata
 
 # The checksum of one record's bytes (any bytes-like object), as an int < 2**64.
@@ -172,11 +179,13 @@ class Columns:
 
 
 def make_meta(*, count: int, classes: list[str], pack_options: dict, source: str,
-              created: str, feedline_version: str, shard: dict | None = None) -> dict:
+              created: str, feedline_version: str, shard: dict | None = None, fields: dict | None = None) -> dict:
     extra = {} if shard is None else {"shard": shard}
+    if fields is not None and fields != LABEL_ONLY:
+        extra["fields"] = check_fields(fields)
     return extra | {
         "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
+        "format_version": FORMAT_VERSION if "fields" in extra else LABEL_ONLY_VERSION,
         "checksum": CHECKSUM_NAME,
         "count": count,
         "classes": list(classes),
@@ -219,7 +228,17 @@ def parse_meta(raw: bytes | str, where: str) -> dict:
     if version >= 2 and meta.get("checksum") != CHECKSUM_NAME:
         raise StoreError(f"{where}: checksum algorithm {meta.get('checksum')!r}, but this feedline "
                          f"knows only {CHECKSUM_NAME!r}; the metadata is damaged. Pack the image folder again.")
+    if version >= 3:
+        try:
+            meta["fields"] = check_fields(meta.get("fields"))
+        except FieldsError as exc:
+            raise StoreError(f"{where}: the metadata's fields are damaged ({exc}). Pack it again.") from None
     return meta
+
+
+def fields_of(meta: dict) -> dict[str, dict]:
+    """The fields of a file with this (parsed) metadata: the label alone before version 3."""
+    return meta.get("fields") or dict(LABEL_ONLY)
 
 
 def has_checksums(meta: dict) -> bool:

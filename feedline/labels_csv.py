@@ -1,11 +1,11 @@
-"""Labels from a CSV of (relative path, label) rows, checked against the folder.
+"""The rows of a labels CSV: (row number, {column: text}), columns named by a header row.
 
-A header row is recognized by its words (``path,label``, ``relative path,label``,
-``file,class``, ...) or because its label is not an integer while every other row's
-is. Integer labels are kept as they are (7 stays 7; the classes are named "0" to the
-largest label); other labels are class names, numbered in sorted order. Images in the
-folder that the CSV does not list, and rows whose file does not exist, are reported
-by the scan (`feedline.scan`), never silently dropped.
+Columns: ``path`` (required), ``label``, ``labels`` (classes separated by ';'), ``target``
+(a number, or numbers separated by ';'); `labels_file` gives the values their meaning. A
+header row is recognized by its words (``path,label``, ``relative path,label``, ``file,class``,
+``image,labels``, ...) or, in a two-column file, because its label is not an integer while
+every other row's is. A file without a header is the classic ``path,label``: exactly two
+columns, and a row with more is refused with what to write instead.
 """
 from __future__ import annotations
 
@@ -17,7 +17,13 @@ from .errors import FeedlineError
 
 _PATH_WORDS = {"path", "file", "filename", "file_name", "file name", "relative path", "relative_path",
                "relpath", "image", "image_path", "image path", "img", "name", "filepath", "file path"}
-_LABEL_WORDS = {"label", "labels", "class", "class_name", "class name", "classname", "target", "category", "y"}
+_LABEL_WORDS = {"label", "class", "class_name", "class name", "classname", "category", "y"}
+COLUMN_WORDS = {**{w: "path" for w in _PATH_WORDS}, **{w: "label" for w in _LABEL_WORDS},
+                "labels": "labels", "classes": "labels", "target": "target", "targets": "target",
+                "boxes": "boxes"}
+COLUMNS = ("path", "label", "labels", "target", "boxes")
+SEVERAL = ("for several classes per image write a header row `path,labels` and separate the classes "
+           "with ';' ({example}); for several numbers per image, `path,target` the same way")
 
 
 def _is_int(text: str) -> bool:
@@ -25,57 +31,75 @@ def _is_int(text: str) -> bool:
 
 
 def _read_rows(labels_csv: str) -> list[tuple[int, list[str]]]:
-    """(line number, cells) of the rows that are not blank or comments."""
+    """(line number, cells) of the rows that are not blank or comments; empty cells at the
+    end of a row (a spreadsheet's trailing commas) are dropped."""
     try:
         with open(labels_csv, newline="", encoding="utf-8-sig") as fh:
-            return [(n, [c.strip() for c in row]) for n, row in enumerate(csv.reader(fh), 1)
+            rows = [(n, [c.strip() for c in row]) for n, row in enumerate(csv.reader(fh), 1)
                     if row and any(c.strip() for c in row) and not row[0].lstrip().startswith("#")]
     except OSError as exc:
         raise FeedlineError(f"{labels_csv}: cannot read the labels file ({exc.strerror})") from None
     except (UnicodeDecodeError, csv.Error) as exc:
         raise FeedlineError(f"{labels_csv}: not a UTF-8 CSV file ({exc})") from None
+    for _, cells in rows:
+        while cells and not cells[-1]:
+            cells.pop()
+    return rows
 
 
-def _has_header(rows: list[tuple[int, list[str]]]) -> bool:
-    first = rows[0][1]
-    if first[0].lower() in _PATH_WORDS or (len(first) > 1 and first[1].lower() in _LABEL_WORDS):
-        return True
+def _header(rows: list[tuple[int, list[str]]], labels_csv: str) -> list[str] | None:
+    """The canonical column names when the first row is a header, else None."""
+    line, first = rows[0]
+    words = [c.lower() for c in first]
+    if words[0] in _PATH_WORDS or any(w in COLUMN_WORDS for w in words[1:]):
+        unknown = [c for c, w in zip(first, words) if w not in COLUMN_WORDS]
+        if unknown:
+            raise FeedlineError(f"{labels_csv}: row {line}: column {unknown[0]!r} of the header is not one of "
+                                f"{', '.join(COLUMNS)}; name the columns with those words")
+        names = [COLUMN_WORDS[w] for w in words]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise FeedlineError(f"{labels_csv}: row {line}: the header names the {repeated[0]} column twice")
+        if "path" not in names:
+            raise FeedlineError(f"{labels_csv}: row {line}: the header has no path column; name it `path`")
+        return names
     # "relative path,label" or any other words: a non-integer label above integer ones
-    return (len(rows) > 1 and len(first) > 1 and not _is_int(first[1])
-            and all(len(cells) > 1 and _is_int(cells[1]) for _, cells in rows[1:]))
+    if (len(rows) > 1 and len(first) == 2 and not _is_int(first[1])
+            and all(len(cells) > 1 and _is_int(cells[1]) for _, cells in rows[1:])):
+        return ["path", "label"]
+    return None
 
 
-def _relative(path: str, labels_csv: str, line: int) -> str:
+def _relative(path: str, labels_file: str, where: str) -> str:
     rel = posixpath.normpath(path.replace(os.sep, "/"))
     if rel.startswith("../") or rel == ".." or rel.startswith("/"):
-        raise FeedlineError(f"{labels_csv}: row {line}: {path!r} is not a path inside the image folder; "
+        raise FeedlineError(f"{labels_file}: {where}: {path!r} is not a path inside the image folder; "
                             "write paths relative to it")
     return rel
 
 
-def read_labels(labels_csv: str) -> tuple[dict[str, tuple[int, int]], list[str]]:
-    """{relative path: (label, row)} and the class names, from the CSV."""
+def read_csv(labels_csv: str) -> tuple[list[str], list[tuple[int, str, dict[str, str]]]]:
+    """The column names (path first) and the rows: (line, relative path, {column: text})."""
     rows = _read_rows(labels_csv)
-    if rows and _has_header(rows):
+    names = _header(rows, labels_csv) if rows else None
+    if names is not None:
         rows = rows[1:]
     if not rows:
         raise FeedlineError(f"{labels_csv}: no rows of (relative path, label)")
-    entries: dict[str, tuple[str, int]] = {}
+    out = []
     for line, cells in rows:
-        if len(cells) < 2 or not cells[0] or not cells[1]:
+        if names is None and len(cells) < 2:
             raise FeedlineError(f"{labels_csv}: row {line} needs two columns: relative path, label")
-        rel = _relative(cells[0], labels_csv, line)
-        if rel in entries:
-            raise FeedlineError(f"{labels_csv}: row {line} lists {rel} again (first at row {entries[rel][1]}); "
-                                "each file may have one label")
-        entries[rel] = (cells[1], line)
-    names = [name for name, _ in entries.values()]
-    if all(_is_int(n) for n in names):
-        ints = {n: int(n) for n in set(names)}
-        if min(ints.values()) < 0:
-            raise FeedlineError(f"{labels_csv}: labels must be >= 0")
-        classes = [str(i) for i in range(max(ints.values()) + 1)]
-    else:
-        classes = sorted(set(names))
-        ints = {name: i for i, name in enumerate(classes)}
-    return {rel: (ints[name], line) for rel, (name, line) in entries.items()}, classes
+        expected = names or ["path", "label"]
+        if len(cells) > len(expected):
+            advice = SEVERAL.format(example=f"{cells[0]},{';'.join(cells[1:])}") if expected == ["path", "label"] \
+                else "give each row one cell per column, and quote a cell that holds a comma"
+            what = "the header names" if names else "a labels file without a header row has"
+            raise FeedlineError(f"{labels_csv}: row {line} has {len(cells)} columns, but {what} "
+                                f"{len(expected)} ({','.join(expected)}): {advice}")
+        if len(cells) < len(expected) or not cells[0]:
+            missing = expected[len(cells)] if len(cells) < len(expected) else "path"
+            raise FeedlineError(f"{labels_csv}: row {line} has no {missing} (columns: {','.join(expected)})")
+        values = dict(zip(expected, cells, strict=True))
+        out.append((line, _relative(values.pop("path"), labels_csv, f"row {line}"), values))
+    return (names or ["path", "label"]), out

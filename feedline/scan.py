@@ -1,8 +1,8 @@
 """Find the images of a folder and their labels, as torchvision's ImageFolder does.
 
 One subfolder per class, labels = sorted class-folder names -> 0..K-1; a folder with
-no subfolders is one class; a CSV of (relative path, label) is the alternative (see
-`labels_csv`). Hidden files and folders are skipped and the order is sorted, so a scan
+no subfolders is one class; a labels file (CSV or JSON Lines: see `labels_file`) is the
+alternative, and may give other fields (several labels, numeric targets, boxes). Hidden files and folders are skipped and the order is sorted, so a scan
 is deterministic.
 
 Symlinks: a file link is an image like any other, found once under its own path. A
@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from .errors import FeedlineError
-from .labels_csv import read_labels
+from .labels_file import read_labels_file
+from .targets import LABEL_ONLY, TargetColumns
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +45,17 @@ class Unscanned(NamedTuple):
 class ScanResult:
     root: str
     paths: list[str]      # relative to root, '/'-separated, sorted (or shuffled: see `shuffled`)
-    labels: list[int]
+    labels: list[int]     # the label field; -1 each when the labels file has no label column
     classes: list[str]
     problems: list[Unscanned] = field(default_factory=list)
+    fields: dict[str, dict] = field(default_factory=lambda: dict(LABEL_ONLY))   # see `feedline.targets`
+    targets: TargetColumns | None = None    # the fields other than label, in the order of paths
+
+    def part(self, indices) -> "ScanResult":
+        """The files ``indices`` (a shuffle, a shard), with their labels and targets."""
+        idx = list(indices)
+        return replace(self, paths=[self.paths[i] for i in idx], labels=[self.labels[i] for i in idx],
+                       targets=None if self.targets is None else self.targets.take(idx))
 
 
 def shuffled(scan: ScanResult, seed: int | None) -> ScanResult:
@@ -59,7 +68,7 @@ def shuffled(scan: ScanResult, seed: int | None) -> ScanResult:
     import random
     order = list(range(len(scan.paths)))
     random.Random(seed).shuffle(order)
-    return replace(scan, paths=[scan.paths[i] for i in order], labels=[scan.labels[i] for i in order])
+    return scan.part(order)
 
 
 def is_image_name(name: str) -> bool:
@@ -194,23 +203,25 @@ def _scan_classes(root: str) -> ScanResult:
     return ScanResult(root, paths, [label_of[p.split("/", 1)[0]] for p in paths], classes, walk.problems)
 
 
-def _scan_with_csv(root: str, labels_csv: str) -> ScanResult:
-    """The folder's images labelled by the CSV; unlisted images and missing files reported."""
-    labels, classes = read_labels(labels_csv)
+def _scan_with_csv(root: str, labels_file: str) -> ScanResult:
+    """The folder's images labelled by the labels file; unlisted images and missing files reported."""
+    table = read_labels_file(labels_file)
     images, problems = all_images(root)
     on_disk = set(images)
-    name = os.path.basename(labels_csv)
+    name = os.path.basename(labels_file)
     paths = []
-    for rel in sorted(labels, key=_sort_key):
+    for rel in sorted(table.rows, key=_sort_key):
         # A listed file the walk did not take (another extension, hidden) counts if it exists.
         if rel in on_disk or os.path.isfile(os.path.join(root, rel)):
             paths.append(rel)
         else:
-            problems.append(Unscanned(rel, MISSING, f"listed in {name} (row {labels[rel][1]}), but there is "
-                                      "no such file in the folder"))
+            problems.append(Unscanned(rel, MISSING, f"listed in {name} ({table.unit} {table.rows[rel]}), but "
+                                      "there is no such file in the folder"))
     problems += [Unscanned(rel, NOT_IN_LABELS, f"in the folder, but {name} gives it no label; not packed")
-                 for rel in images if rel not in labels]
-    return ScanResult(root, paths, [labels[p][0] for p in paths], classes, problems)
+                 for rel in images if rel not in table.rows]
+    places = [table.position[p] for p in paths]
+    return ScanResult(root, paths, [table.labels[k] for k in places], table.classes, problems,
+                      fields=table.fields, targets=table.targets.take(places))
 
 
 def _log_problems(root: str, problems: list[Unscanned]) -> None:

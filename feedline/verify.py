@@ -24,6 +24,7 @@ import numpy as np
 from .errors import FeedlineError, StoreError
 from .format import checksum
 from .stores import Store, open_dataset
+from .target_stats import field_problems
 
 if TYPE_CHECKING:
     from .decoders.base import Decoder
@@ -182,11 +183,10 @@ def _file_problems(store: Store) -> list[Problem]:
 
 
 def _label_problems(store: Store) -> list[Problem]:
-    labels = np.asarray(store.labels)
-    k = len(store.classes)
-    bad = np.flatnonzero((labels < 0) | (labels >= k))
-    return [Problem(int(i), store.path(int(i)), f"label {int(labels[i])} outside 0..{k - 1} ({k} classes)")
-            for i in bad]
+    """Every field's classes in range, targets finite, boxes with an area inside their image."""
+    sizes = None if store.kind == "folder" else store.sizes   # a folder's sizes cost a read of every header
+    return [Problem(i, store.path(i), text)
+            for i, text in field_problems(store.target_columns, len(store.classes), sizes)]
 
 
 @dataclass

@@ -53,7 +53,7 @@ def test_pack_stores_the_xxh3_of_every_record(photos, tmp_path, kind):
     out = str(tmp_path / ("p.lmdb" if kind == "lmdb" else "p.h5"))
     pack(photos, out)
     with feedline.open_dataset(out) as ds:
-        assert ds.meta["format_version"] == FORMAT_VERSION == 2
+        assert ds.meta["format_version"] == 2   # the label alone: version 2, which older readers read
         assert ds.checksums.dtype == np.uint64 and len(ds.checksums) == len(ds) == 40
         for i in range(len(ds)):
             assert int(ds.checksums[i]) == xxhash.xxh3_64_intdigest(source_bytes(photos, ds.path(i)))
@@ -145,15 +145,15 @@ def test_a_version_2_file_without_its_checksums_column_is_damaged(tmp_path, kind
         feedline.open_dataset(path)
 
 
-@pytest.mark.parametrize("version", [3, 0, "2"])
+@pytest.mark.parametrize("version", [FORMAT_VERSION + 1, 0, "2"])
 def test_an_unknown_format_version_names_both_versions(tmp_path, kind, version):
     records = make_records(n=4, classes=2)
     path = WRITERS[kind](tmp_path / f"v.{kind}", records, records.meta(format_version=version))
     with pytest.raises(StoreError) as err:
         feedline.open_dataset(path)
     text = str(err.value)
-    assert f"format version {version!r}" in text and "reads versions 1, 2" in text and path in text
-    assert ("upgrade feedline" in text) == (version == 3)
+    assert f"format version {version!r}" in text and "reads versions 1, 2, 3" in text and path in text
+    assert ("upgrade feedline" in text) == (version == FORMAT_VERSION + 1)
 
 
 def test_a_checksum_error_survives_pickling():

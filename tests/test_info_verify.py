@@ -9,7 +9,7 @@ from storefiles import WRITERS, jpeg, make_records, write_lmdb
 
 from feedline import cli
 from feedline.describe import describe, format_info
-from feedline.format import FORMAT_VERSION, LMDB_IMAGE_PREFIX
+from feedline.format import LABEL_ONLY_VERSION, LMDB_IMAGE_PREFIX
 from feedline.sample import make_photo_folder
 from feedline.verify import Problem, VerifyResult, strict_decoder, verify
 
@@ -48,7 +48,7 @@ def test_describe_fields(tmp_path, records, kind):
     path = WRITERS[kind](tmp_path / f"d.{kind}", records)
     info = describe(path)
     assert info.kind == kind
-    assert info.format_version == FORMAT_VERSION
+    assert info.format_version == LABEL_ONLY_VERSION
     assert info.filename == os.path.abspath(path)
     assert info.file_bytes == os.path.getsize(path)
     assert info.count == 12
@@ -92,7 +92,7 @@ def test_info_table(tmp_path, records, main):
     path = write_lmdb(tmp_path / "t.lmdb", records)
     code, out, _ = main("info", path)
     assert code == 0
-    assert f"lmdb (format version {FORMAT_VERSION})" in out
+    assert f"lmdb (format version {LABEL_ONLY_VERSION})" in out
     assert "records" in out and " 12" in out
     assert "class_2" in out
     assert "min 16, median" in out
@@ -113,7 +113,7 @@ def test_info_json(tmp_path, records, kind, main):
     assert code == 0
     data = json.loads(out)
     assert data["kind"] == kind
-    assert data["format_version"] == FORMAT_VERSION
+    assert data["format_version"] == LABEL_ONLY_VERSION
     assert data["checksums"] is True and data["shards"] == []
     assert data["count"] == 12
     assert data["classes"][1] == {"label": 1, "name": "class_1", "count": 4}

@@ -123,7 +123,7 @@ def six(tmp_path) -> tuple[str, list[str]]:
     return src, rels
 
 
-@pytest.mark.parametrize("header", ["relative path,label", "path,label", "file,class", "filename,target",
+@pytest.mark.parametrize("header", ["relative path,label", "path,label", "file,class", "filename,category",
                                     "image,y", "Where,What", None])
 def test_header_rows_are_recognized_and_integer_labels_kept(six, tmp_path, header):
     src, rels = six

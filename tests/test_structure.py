@@ -85,6 +85,8 @@ LAYERS = [
     ("definitions", ["feedline.errors", "feedline.choices", "feedline.format", "feedline.durable",
                      "feedline.augment", "feedline.order", "feedline.plan", "feedline.ledger",
                      "feedline.stats", "feedline.config", "feedline.scan", "feedline.labels_csv",
+                     "feedline.labels_jsonl", "feedline.labels_file", "feedline.targets", "feedline.boxes",
+                     "feedline.target_stats",
                      "feedline.sample"]),
     ("stores and decoders", ["feedline.stores", "feedline.decoders"]),
     ("converters and tools", ["converters", "feedline.verify", "feedline.describe"]),

@@ -10,7 +10,8 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from ..errors import ChecksumError, StoreError
-from ..format import Columns, checksum
+from ..format import CHECKSUMS, COLUMN_NAMES, Columns, checksum, fields_of, has_checksums
+from ..targets import FIELD_COLUMNS, FieldsError, TargetColumns
 from .advice import will_need
 
 log = logging.getLogger(__name__)
@@ -20,7 +21,7 @@ _warned_no_checksums: set[str] = set()   # files already reported, so each is re
 
 
 class Store(ABC):
-    """Random access to records: encoded bytes, label, (height, width), source path.
+    """Random access to records: encoded bytes, targets, (height, width), source path.
 
     Thread-safe: many threads may call ``read`` at once, with no global lock on the
     read path. Fork-safe: a store opened before a fork reopens its handles in the child.
@@ -31,6 +32,7 @@ class Store(ABC):
     classes: list[str]
     meta: dict
     columns: Columns
+    _targets: TargetColumns | None = None   # set at open by stores with fields beyond label
 
     def __len__(self) -> int:
         return len(self.columns)
@@ -67,6 +69,23 @@ class Store(ABC):
 
     def label(self, index: int) -> int:
         return int(self.columns.labels[self._check(index)])
+
+    @property
+    def fields(self) -> dict[str, dict]:
+        """The fields the store was packed with (`feedline.targets`): {"label": {}} before version 3."""
+        return fields_of(self.meta)
+
+    @property
+    def target_columns(self) -> TargetColumns:
+        """Every field's columns, flat arrays: what an engine copies a batch's targets from
+        (``batch_layout``, ``fill``) without a Python object per sample."""
+        if self._targets is None:
+            self._targets = TargetColumns(self.fields, {"labels": self.columns.labels}, len(self))
+        return self._targets
+
+    def targets(self, index: int) -> dict:
+        """Record ``index``'s targets as plain values, one entry per field (see `TargetColumns.record`)."""
+        return self.target_columns.record(self._check(index))
 
     def size(self, index: int) -> tuple[int, int]:
         h, w = self.columns.sizes[self._check(index)]
@@ -149,6 +168,20 @@ class Store(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.filename!r}: {len(self)} records, {len(self.classes)} classes>"
+
+
+def column_names(meta: dict) -> tuple[str, ...]:
+    """The columns a packed file with this (parsed) metadata stores, in storage order."""
+    fields = [name for field in fields_of(meta) for name in FIELD_COLUMNS[field] if name not in COLUMN_NAMES]
+    return COLUMN_NAMES + ((CHECKSUMS,) if has_checksums(meta) else ()) + tuple(fields)
+
+
+def load_targets(meta: dict, buffers: dict, count: int, where: str) -> TargetColumns:
+    """The fields' columns, checked against ``count`` and their specs."""
+    try:
+        return TargetColumns.from_buffers(fields_of(meta), buffers, count)
+    except (FieldsError, ValueError) as exc:
+        raise StoreError(f"{where}: a target column is damaged ({exc}). Pack it again.") from None
 
 
 def load_columns(buffers: dict, count: int, where: str) -> Columns:

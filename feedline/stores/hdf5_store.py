@@ -8,9 +8,9 @@ import h5py
 import numpy as np
 
 from ..errors import StoreError
-from ..format import (CHECKSUMS, COLUMN_DTYPES, COLUMN_NAMES, HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS,
-                      has_checksums, parse_meta)
-from .base import Store, load_columns
+from ..format import COLUMN_DTYPES, HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS, parse_meta
+from ..targets import TARGET_DTYPES
+from .base import Store, column_names, load_columns, load_targets
 
 
 def _meta_text(value) -> bytes | str:
@@ -53,9 +53,10 @@ class Hdf5Store(Store):
                 self.offsets = np.ascontiguousarray(_dataset(fh, HDF5_OFFSETS, filename)[...],
                                                     dtype=np.int64).reshape(-1)
                 # Cast on read: the columns keep their documented types whatever HDF5 stored.
-                names = COLUMN_NAMES + ((CHECKSUMS,) if has_checksums(self.meta) else ())
+                dtypes = COLUMN_DTYPES | TARGET_DTYPES
                 buffers = {name: np.ascontiguousarray(_dataset(fh, name, filename)[...],
-                                                      dtype=COLUMN_DTYPES[name]).reshape(-1) for name in names}
+                                                      dtype=dtypes[name]).reshape(-1)
+                           for name in column_names(self.meta)}
                 if not isinstance(images, h5py.Dataset) or images.dtype != np.uint8 or images.ndim != 1:
                     raise StoreError(f"{filename}: the images dataset is not a flat uint8 array; "
                                      "the file is damaged. Pack it again.")
@@ -70,6 +71,7 @@ class Hdf5Store(Store):
                                  "Pack it again.") from None
         self.classes = list(self.meta["classes"])
         self.columns = load_columns(buffers, self.meta["count"], filename)
+        self._targets = load_targets(self.meta, buffers, self.meta["count"], filename)
         self._note_missing_checksums()
         offsets = self.offsets
         if (len(offsets) != len(self.columns) + 1 or offsets[0] < 0 or offsets[-1] != self._data_size

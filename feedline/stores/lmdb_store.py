@@ -9,10 +9,9 @@ import lmdb
 import numpy as np
 
 from ..errors import StoreError
-from ..format import (CHECKSUMS, COLUMN_NAMES, LMDB_COLUMN_PREFIX, LMDB_IMAGE_PREFIX, LMDB_JOURNAL_PREFIX,
-                      LMDB_META_KEY, has_checksums, image_key, parse_meta)
+from ..format import LMDB_COLUMN_PREFIX, LMDB_IMAGE_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY, image_key, parse_meta
 from .advice import merged_ranges, will_need
-from .base import Store, load_columns
+from .base import Store, column_names, load_columns, load_targets
 from .lmdb_layout import LayoutError, key_places, value_places
 
 log = logging.getLogger(__name__)
@@ -81,10 +80,10 @@ class LmdbStore(Store):
                     raise StoreError(f"{filename}: an LMDB file, but not a feedline store (no feedline/meta key)"
                                      + self._partial_hint())
                 self.meta = parse_meta(bytes(raw_meta), filename)
-                buffers = _read_columns(txn, COLUMN_NAMES + ((CHECKSUMS,) if has_checksums(self.meta) else ()),
-                                        filename, env.stat()["psize"])
+                buffers = _read_columns(txn, column_names(self.meta), filename, env.stat()["psize"])
             self.classes = list(self.meta["classes"])
             self.columns = load_columns(buffers, self.meta["count"], filename)
+            self._targets = load_targets(self.meta, buffers, self.meta["count"], filename)
             self._note_missing_checksums()
         except lmdb.Error as exc:
             self.close()

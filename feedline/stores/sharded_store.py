@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import ChecksumError, StoreError
 from ..format import Columns, parse_shard_index
+from ..targets import TargetColumns
 from .base import Store
 from .detect import open_file
 
@@ -43,12 +44,15 @@ class ShardedStore(Store):
         lengths = [len(s) for s in stores]
         self._starts = [0, *np.cumsum(lengths).tolist()]
         self.columns = _join_columns(stores)
+        self._targets = TargetColumns.concat([s.target_columns for s in stores])
         source = index or first.meta
         self.meta = {"format": first.meta.get("format"), "format_version": first.meta.get("format_version"),
                      "count": len(self.columns), "classes": self.classes,
                      "pack_options": _common_options(stores), "source": source.get("source"),
                      "created": first.meta.get("created"), "feedline_version": first.meta.get("feedline_version"),
                      "shards": [os.path.basename(f) for f in self.shard_files]}
+        if "fields" in first.meta:
+            self.meta["fields"] = self._targets.fields
 
     # -- opening --------------------------------------------------------------------------------
 
@@ -185,11 +189,19 @@ def _check_alike(stores: list[Store]) -> None:
                          if x != y), f"{len(other.classes)} vs {len(first.classes)} classes")
             raise StoreError(f"{where}: shards with different class lists ({diff}); their labels would "
                              "disagree. Pack them again together")
+        if _shape_of(other.fields) != _shape_of(first.fields):
+            raise StoreError(f"{where}: shards with different fields ({', '.join(other.fields)}; "
+                             f"{', '.join(first.fields)}); pack them again from one labels file")
         if ("shard" in other.meta) != ("shard" in first.meta):
             raise StoreError(f"{where}: one is a shard of a sharded pack and the other is not")
         if "shard" in first.meta and other.meta["shard"].get("pack_id") != first.meta["shard"].get("pack_id"):
             raise StoreError(f"{where}: shards of different packs (packed from other files or with other "
                              "options); pack them again together")
+
+
+def _shape_of(fields: dict) -> dict:
+    """What must agree between shards: the fields and each target's width (not the maxima)."""
+    return {name: {k: v for k, v in spec.items() if k != "max"} for name, spec in fields.items()}
 
 
 def _in_shard_order(stores: list[Store]) -> list[Store]:
