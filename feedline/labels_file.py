@@ -11,6 +11,7 @@ says how to keep them as numbers.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -60,6 +61,7 @@ class _Parser:
     def __init__(self, source: str, unit: str):
         self.source, self.unit = source, unit
         self.key = "column" if unit == "row" else "key"
+        self.path = ""   # of the row being read, for examples in messages
 
     def fail(self, line: int, text: str) -> FeedlineError:
         return FeedlineError(f"{self.source}: {self.unit} {line}: {text}")
@@ -74,8 +76,12 @@ class _Parser:
         if not text:
             raise self.fail(line, f"has no {what}")
         if "," in text or (";" in text and what == "label"):
+            parts = [p.strip() for p in text.replace(";", ",").split(",")]
+            advice = (SEVERAL.format(example=f"{self.path},{';'.join(parts)}") if self.unit == "row" else
+                      "for several classes per image write \"labels\": a list, e.g. \"labels\": "
+                      f"{json.dumps(parts)}; for several numbers, \"target\": a list of numbers")
             raise self.fail(line, f"{what} {text!r} holds a '{',' if ',' in text else ';'}', so it would be one "
-                                  "class of that name: " + SEVERAL.format(example=text.replace(",", ";")))
+                                  f"class of that name: {advice}")
         if _DECIMAL.fullmatch(text):
             raise self.fail(line, f"{what} {text!r} is a number with a fraction, not a class (a name or an "
                                   f"integer): for a number to learn, name the {self.key} `target`")
@@ -125,7 +131,7 @@ def read_labels_file(path: str) -> LabelsTable:
             raise FeedlineError(f"{path}: {unit} {line} lists {rel} again (first at {unit} {seen[rel]}); each "
                                 f"file may have one {unit}")
         seen[rel] = line
-    parsed = [_parse_row(parser, line, values) for line, _, values in rows]
+    parsed = [_parse_row(parser, line, rel, values) for line, rel, values in rows]
     classes, index = _classes(parser, [(line, p) for (line, _, _), p in zip(rows, parsed, strict=True)])
     table = LabelsTable(source=path, unit=unit, fields={}, classes=classes, rows=seen,
                         position={rel: k for k, (_, rel, _) in enumerate(rows)},
@@ -136,8 +142,9 @@ def read_labels_file(path: str) -> LabelsTable:
     return table
 
 
-def _parse_row(parser: _Parser, line: int, values: dict) -> dict:
+def _parse_row(parser: _Parser, line: int, rel: str, values: dict) -> dict:
     out = {}
+    parser.path = rel
     if "label" in values:
         out["label"] = parser.token(values["label"], line, "label")
     if "labels" in values:
@@ -151,8 +158,7 @@ def _parse_row(parser: _Parser, line: int, values: dict) -> dict:
         out["labels"] = list(dict.fromkeys(parser.token(v, line, "class in labels") for v in items))
     if "target" in values:
         out["target"] = parser.numbers(values["target"], line)
-        out["scalar"] = parser.unit == "row" and ";" not in values["target"] or \
-            parser.unit == "line" and not isinstance(values["target"], list)
+        out["listed"] = parser.unit == "line" and isinstance(values["target"], list)
     if "boxes" in values:
         if not isinstance(values["boxes"], list):
             raise parser.fail(line, f"boxes {values['boxes']!r} is not a list of [x0, y0, x1, y1, class]")
@@ -190,12 +196,15 @@ def _columns(parser: _Parser, rows, parsed: list[dict], index: dict[str, int]) -
         arrays["label_set_offsets"] = np.cumsum([0, *counts])
         arrays["label_set_classes"] = [index[t] for p in parsed for t in p["labels"]]
     if "target" in first:
-        width, scalar = len(first["target"]), first["scalar"]
+        width, listed = len(first["target"]), first["listed"]
         for (line, _, _), p in zip(rows, parsed, strict=True):
-            if len(p["target"]) != width or p["scalar"] != scalar:
+            if len(p["target"]) != width:
                 raise parser.fail(line, f"target has {len(p['target'])} number(s), but {parser.unit} {rows[0][0]} "
-                                        f"has {width}{'' if scalar == p['scalar'] else ' (one as a list)'}: every "
-                                        f"{parser.unit} needs the same number")
+                                        f"has {width}: every {parser.unit} needs the same number")
+            if p["listed"] != listed:
+                raise parser.fail(line, f"target is {'a list' if p['listed'] else 'a number'}, but on line "
+                                        f"{rows[0][0]} {'a list' if listed else 'a number'}: write them alike")
+        scalar = width == 1 and not listed
         values = np.array([p["target"] for p in parsed], dtype=np.float64).reshape(n, width)
         inexact = np.flatnonzero(np.any((np.abs(values) > _EXACT_FLOAT32) & (values.astype(np.float32) != values),
                                         axis=1))
