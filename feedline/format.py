@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from .errors import StoreError
-from .targets import LABEL_ONLY, FieldsError, check_fields
+from .fields import LABEL_ONLY, FieldsError, check_fields
 
 FORMAT_NAME = "feedline"
 FORMAT_VERSION = 3                 # the newest version this code writes (with fields beyond label)

@@ -16,11 +16,13 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .errors import FeedlineError
-from .labels_file import read_labels_file
-from .targets import LABEL_ONLY, TargetColumns
+from .fields import LABEL_ONLY
+
+if TYPE_CHECKING:
+    from .targets import TargetColumns
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +207,7 @@ def _scan_classes(root: str) -> ScanResult:
 
 def _scan_with_csv(root: str, labels_file: str) -> ScanResult:
     """The folder's images labelled by the labels file; unlisted images and missing files reported."""
+    from .labels_file import read_labels_file   # numpy: only when there is a labels file
     table = read_labels_file(labels_file)
     images, problems = all_images(root)
     on_disk = set(images)

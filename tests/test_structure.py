@@ -86,7 +86,7 @@ LAYERS = [
                      "feedline.augment", "feedline.order", "feedline.plan", "feedline.ledger",
                      "feedline.stats", "feedline.config", "feedline.scan", "feedline.labels_csv",
                      "feedline.labels_jsonl", "feedline.labels_file", "feedline.targets", "feedline.boxes",
-                     "feedline.target_stats",
+                     "feedline.target_stats", "feedline.fields",
                      "feedline.sample"]),
     ("stores and decoders", ["feedline.stores", "feedline.decoders"]),
     ("converters and tools", ["converters", "feedline.verify", "feedline.describe"]),

@@ -26,10 +26,14 @@ only to a folder not already on the walk (one above it, which is a loop such as
 zbad/loop_link -> .., or one packed under its real path); such links are skipped and
 listed in OUT.errors.csv as symlink-loop or symlink-repeat.
 
---labels FILE.csv: rows of "relative path,label"; a header row is recognized. Integer
-labels stay the integers they are (classes "0".."max"); other labels are class names,
-numbered in sorted order. Images the CSV does not list (not-in-labels-csv) and rows
-whose file is missing (missing) are listed in OUT.errors.csv, not packed.
+--labels FILE: a CSV of "relative path,label" (a header row is recognized), or named
+columns: path, label (one class), labels (classes separated by ';'), target (a number,
+or numbers separated by ';'); or JSON Lines (FILE.jsonl), one object per image:
+{"path": ..., "label": ..., "labels": [...], "target": [...], "boxes": [[x0, y0, x1, y1,
+class], ...]} (boxes in source pixels). Integer classes stay the integers they are
+(classes "0".."max"); other classes are names, numbered in sorted order. Images the
+file does not list (not-in-labels-csv) and rows whose file is missing (missing) are
+listed in OUT.errors.csv, not packed.
 
 Bad files (corrupt, truncated, empty, not an image, unreadable, over --max-pixels)
 are skipped and listed in OUT.errors.csv (path,reason,detail), or stop the pack with
@@ -59,7 +63,7 @@ def register(subparsers) -> None:
     p.add_argument("src", nargs="?", help="image folder (ImageFolder layout)")
     p.add_argument("out", nargs="?", help="output file: OUT.lmdb, OUT.h5 or OUT.hdf5")
     p.add_argument("--format", choices=("lmdb", "hdf5"), help="output format (default: from OUT's extension)")
-    p.add_argument("--labels", metavar="FILE.csv", help="labels from a CSV of (relative path, label)")
+    p.add_argument("--labels", metavar="FILE", help="labels file: CSV (path,label or named columns) or JSON Lines")
     p.add_argument("--max-side", type=int, metavar="N", help="shrink images whose longer side exceeds N")
     p.add_argument("--quality", type=int, default=DEFAULT_QUALITY,
                    help=f"JPEG quality of converted and shrunk images (default {DEFAULT_QUALITY})")
