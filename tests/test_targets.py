@@ -197,3 +197,40 @@ def test_take_and_concat_agree_with_record():
     joined = TargetColumns.concat([cols.take([1]), cols.take([0, 2])])
     assert [joined.record(i) for i in range(3)] == [rows[1], rows[0], rows[2]]
     assert joined.fields["labels"]["max"] == 2 and joined.fields["boxes"]["max"] == 1
+
+
+@pytest.mark.parametrize("ext", ["lmdb", "h5"])
+def test_an_interrupted_pack_resumes_with_every_records_targets(labelled, tmp_path, monkeypatch, ext):
+    """Targets are taken from the labels file when the pack finishes, by path: a resumed pack,
+    whose first records come from the journal, still gives each record its own."""
+    import converters.packer as packer
+    src, labels, expected = labelled
+    out = str(tmp_path / f"o.{ext}")
+    real, seen = packer.check_file, []
+
+    def interrupted(root, rel, options):
+        seen.append(rel)
+        if len(seen) == 6:
+            raise KeyboardInterrupt
+        return real(root, rel, options)
+
+    with monkeypatch.context() as m:
+        m.setattr(packer, "check_file", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            pack(src, out, labels_csv=labels, commit_every=2, jobs=1, shuffle=5, progress=False)
+    report = pack(src, out, labels_csv=labels, commit_every=2, jobs=1, shuffle=5, progress=False, resume=True)
+    assert report.resumed_from == 4
+    assert targets_by_path(out) == expected
+
+
+def test_a_skipped_file_moves_no_other_records_targets(labelled, tmp_path):
+    import shutil
+    src, labels, expected = labelled
+    copy = str(tmp_path / "src")
+    shutil.copytree(src, copy)
+    bad = sorted(expected)[1]
+    with open(os.path.join(copy, bad), "wb") as fh:
+        fh.write(b"not a jpeg at all")
+    report = pack(copy, str(tmp_path / "o.h5"), labels_csv=labels, progress=False)
+    assert [s.path for s in report.skipped] == [bad]
+    assert targets_by_path(str(tmp_path / "o.h5")) == {p: t for p, t in expected.items() if p != bad}

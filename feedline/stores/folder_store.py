@@ -10,7 +10,7 @@ from PIL import Image
 from ..errors import FeedlineError, StoreError
 from ..format import Columns
 from ..scan import scan_folder
-from ..targets import TargetColumns
+from ..targets import LABEL_ONLY, TargetColumns
 from .base import Store
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,9 @@ class FolderStore(Store):
             raise StoreError(str(exc)) from None
         self.filename = scan.root
         self.classes = scan.classes
-        self.meta = {"format": "folder", "count": len(scan.paths), "classes": scan.classes, "fields": scan.fields}
+        self.meta = {"format": "folder", "count": len(scan.paths), "classes": scan.classes}
+        if scan.fields != LABEL_ONLY:
+            self.meta["fields"] = scan.fields
         self.columns = Columns.from_lists(scan.labels, np.full((len(scan.paths), 2), -1), scan.paths)
         if scan.targets is not None and scan.targets.fields:
             arrays = {"labels": self.columns.labels, **scan.targets.arrays}
