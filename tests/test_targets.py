@@ -234,3 +234,17 @@ def test_a_skipped_file_moves_no_other_records_targets(labelled, tmp_path):
     report = pack(copy, str(tmp_path / "o.h5"), labels_csv=labels, progress=False)
     assert [s.path for s in report.skipped] == [bad]
     assert targets_by_path(str(tmp_path / "o.h5")) == {p: t for p, t in expected.items() if p != bad}
+
+
+def test_the_fill_bench_runs_and_reports_what_it_measured(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "fill.json"
+    done = subprocess.run([sys.executable, str(root / "bench" / "targets_fill.py"), "--images", "6", "--batch", "4",
+                           "--repeats", "1", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())["results"]
+    assert [r["work"] for r in rows] == ["decode + crop (1 thread)", "fill: label", "fill: label + labels + boxes"]
+    assert rows[0]["share of decode"] == 1.0 and all(r["ms per batch"] > 0 for r in rows)
