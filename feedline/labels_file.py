@@ -74,7 +74,7 @@ class _Parser:
             value = repr(value)
         text = str(value).strip()
         if not text:
-            raise self.fail(line, f"has no {what}")
+            raise self.fail(line, f"{what} is empty: write a class (a name or an integer)")
         if "," in text or (";" in text and what == "label"):
             parts = [p.strip() for p in text.replace(";", ",").split(",")]
             advice = (SEVERAL.format(example=f"{self.path},{';'.join(parts)}") if self.unit == "row" else

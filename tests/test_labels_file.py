@@ -91,6 +91,8 @@ def test_ids_as_a_target_are_kept_exactly(tmp_path):
     # other malformed CSVs
     ("l.csv", "path,label\na.jpg,1,3\n", ["row 2 has 3 columns, but the header names 2", "path,labels"]),
     ("l.csv", "path,label,target\na.jpg,1\n", ["row 2 has no target"]),
+    ("l.csv", "path,label,target\na.jpg,,1\n", ["row 2: label is empty"]),
+    ("l.csv", "path,labels\na.jpg,cat;;dog\n", ["row 2: class in labels is empty"]),
     ("l.csv", "path,label\na.jpg,cat;dog\n", ["row 2: label 'cat;dog' holds a ';'", "path,labels"]),
     ("l.csv", "path,labels\na.jpg,\"cat,dog\"\n", ["row 2: class in labels 'cat,dog' holds a ','"]),
     ("l.csv", "path,label,colour\na.jpg,1,red\n", ["row 1: column 'colour'", "path, label, labels, target"]),
