@@ -16,6 +16,9 @@ allocate pinned buffers once; ``fill`` writes a batch into them, with no Python 
 sample): label int64 (B,); labels float32 (B, K) multi-hot; target float32 (B,) or (B, W);
 boxes float32 (B, M, 4) in output pixels (see `feedline.boxes`), box_classes int64 (B, M)
 (-1 where padding) and box_counts int64 (B,), with M the store's ``max`` boxes per record.
+An engine calls ``batch_layout`` once per epoch (a tensor per entry per ring slot, pinned), then
+per batch ``fill(indices, views, crops=plan.boxes, flips=plan.flips, size=spec.size)`` with
+the indices actually decoded (a substitute's own, so it brings its own targets).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from .fields import FIELD_COLUMNS, FIELD_NAMES, LABEL_ONLY, TARGET_DTYPES, Field
 
 __all__ = ["FIELD_COLUMNS", "FIELD_NAMES", "LABEL_ONLY", "TARGET_DTYPES", "FieldsError", "TargetColumns",
            "check_fields", "segments"]
+
 
 def segments(offsets: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where the items of records ``indices`` of a compact list lie: (positions of their items in

@@ -158,6 +158,17 @@ def test_damaged_fields_are_refused_or_reported(labelled, tmp_path):
         feedline.open_dataset(out)
 
 
+def test_an_hdf5_store_without_a_fields_column_is_refused(labelled, tmp_path):
+    import h5py
+    src, labels, _ = labelled
+    out = str(tmp_path / "o.h5")
+    pack(src, out, labels_csv=labels, progress=False)
+    with h5py.File(out, "r+") as fh:
+        del fh["label_set_classes"]
+    with pytest.raises(StoreError, match="dataset 'label_set_classes' is missing"):
+        feedline.open_dataset(out)
+
+
 # -- batches -------------------------------------------------------------------------------------
 
 def test_fill_writes_what_the_records_hold(labelled, tmp_path):
