@@ -26,7 +26,7 @@ SEVERAL = ("for several classes per image write a header row `path,labels` and s
            "with ';' ({example}); for several numbers per image, `path,target` the same way")
 
 
-def _is_int(text: str) -> bool:
+def is_int(text: str) -> bool:
     return text.lstrip("-").isdigit()
 
 
@@ -64,13 +64,13 @@ def _header(rows: list[tuple[int, list[str]]], labels_csv: str) -> list[str] | N
             raise FeedlineError(f"{labels_csv}: row {line}: the header has no path column; name it `path`")
         return names
     # "relative path,label" or any other words: a non-integer label above integer ones
-    if (len(rows) > 1 and len(first) == 2 and not _is_int(first[1])
-            and all(len(cells) > 1 and _is_int(cells[1]) for _, cells in rows[1:])):
+    if (len(rows) > 1 and len(first) == 2 and not is_int(first[1])
+            and all(len(cells) > 1 and is_int(cells[1]) for _, cells in rows[1:])):
         return ["path", "label"]
     return None
 
 
-def _relative(path: str, labels_file: str, where: str) -> str:
+def relative_path(path: str, labels_file: str, where: str) -> str:
     rel = posixpath.normpath(path.replace(os.sep, "/"))
     if rel.startswith("../") or rel == ".." or rel.startswith("/"):
         raise FeedlineError(f"{labels_file}: {where}: {path!r} is not a path inside the image folder; "
@@ -101,5 +101,5 @@ def read_csv(labels_csv: str) -> tuple[list[str], list[tuple[int, str, dict[str,
             missing = expected[len(cells)] if len(cells) < len(expected) else "path"
             raise FeedlineError(f"{labels_csv}: row {line} has no {missing} (columns: {','.join(expected)})")
         values = dict(zip(expected, cells, strict=True))
-        out.append((line, _relative(values.pop("path"), labels_csv, f"row {line}"), values))
+        out.append((line, relative_path(values.pop("path"), labels_csv, f"row {line}"), values))
     return (names or ["path", "label"]), out

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import FeedlineError
-from .labels_csv import SEVERAL, _is_int, read_csv
+from .labels_csv import SEVERAL, is_int, read_csv
 from .labels_jsonl import read_jsonl
 from .targets import TargetColumns
 
@@ -83,8 +83,10 @@ class _Parser:
             raise self.fail(line, f"{what} {text!r} holds a '{',' if ',' in text else ';'}', so it would be one "
                                   f"class of that name: {advice}")
         if _DECIMAL.fullmatch(text):
-            raise self.fail(line, f"{what} {text!r} is a number with a fraction, not a class (a name or an "
-                                  f"integer): for a number to learn, name the {self.key} `target`")
+            whole = float(text).is_integer() and abs(float(text)) < MAX_CLASSES
+            hint = f"write {int(float(text))} for that class, or " if whole else ""
+            raise self.fail(line, f"{what} {text!r} is a decimal number, not a class (a name or an integer): "
+                                  f"{hint}for a number to learn, name the {self.key} `target`")
         return text
 
     def numbers(self, value, line: int) -> list[float]:
@@ -172,7 +174,7 @@ def _classes(parser: _Parser, parsed: list[tuple[int, dict]]) -> tuple[list[str]
     for line, p in parsed:
         for token in ([p["label"]] if "label" in p else []) + p.get("labels", []) + [c for _, c in p.get("boxes", [])]:
             where.setdefault(token, line)
-    if where and all(_is_int(t) for t in where):
+    if where and all(is_int(t) for t in where):
         ints = {t: int(t) for t in where}
         low, high = min(ints, key=ints.get), max(ints, key=ints.get)
         if ints[low] < 0:
@@ -229,7 +231,7 @@ def _warn_ids(table: LabelsTable, parsed: list[dict]) -> None:
     n, k = len(parsed), len(used)
     name = os.path.basename(table.source)
     target = "`target` column (header path,target)" if table.unit == "row" else "\"target\" key"
-    ints = [int(t) for t in used if _is_int(t)]
+    ints = [int(t) for t in used if is_int(t)]
     sparse = len(ints) == k > 0 and max(ints) > SPARSE_ABOVE and k < (max(ints) + 1) / 2
     if (k > n / 10 and k >= 100) or sparse:
         why = (f"integers up to {max(ints):,} of which {k:,} are used" if sparse else

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from .errors import FeedlineError
-from .labels_csv import COLUMNS, _relative
+from .labels_csv import COLUMNS, relative_path
 
 
 def read_jsonl(labels_file: str) -> tuple[list[str], list[tuple[int, str, dict]]]:
@@ -45,5 +45,5 @@ def read_jsonl(labels_file: str) -> tuple[list[str], list[tuple[int, str, dict]]
         path = value.pop("path")
         if not isinstance(path, str) or not path:
             raise FeedlineError(f"{labels_file}: line {line}: path {path!r} is not a file name (a string)")
-        rows.append((line, _relative(path, labels_file, f"line {line}"), value))
+        rows.append((line, relative_path(path, labels_file, f"line {line}"), value))
     return keys, rows

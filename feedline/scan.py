@@ -2,8 +2,8 @@
 
 One subfolder per class, labels = sorted class-folder names -> 0..K-1; a folder with
 no subfolders is one class; a labels file (CSV or JSON Lines: see `labels_file`) is the
-alternative, and may give other fields (several labels, numeric targets, boxes). Hidden files and folders are skipped and the order is sorted, so a scan
-is deterministic.
+alternative, and may give other fields (several labels, numeric targets, boxes). Hidden
+files and folders are skipped and the order is sorted, so a scan is deterministic.
 
 Symlinks: a file link is an image like any other, found once under its own path. A
 folder link is followed only to a folder not already on the walk: the folders on the

@@ -44,7 +44,8 @@ def test_csv_columns_label_labels_target(tmp_path):
 def test_jsonl_with_boxes_and_integer_classes_kept(tmp_path):
     path = jsonl(tmp_path, [{"path": "x/1.jpg", "labels": [3, 7], "target": 2.5, "boxes": [[1, 2, 30, 40, 7]]},
                             {"path": "x/2.jpg", "labels": [], "target": -1, "boxes": []},
-                            {"path": "x/3.jpg", "labels": [0], "target": 0, "boxes": [[0, 0, 5, 5, 0], [1.5, 2, 3, 4, 3]]}])
+                            {"path": "x/3.jpg", "labels": [0], "target": 0,
+                             "boxes": [[0, 0, 5, 5, 0], [1.5, 2, 3, 4, 3]]}])
     table = read_labels_file(path)
     assert table.classes == [str(k) for k in range(8)] and table.unit == "line"
     assert table.fields == {"labels": {"max": 2}, "target": {"width": 1, "scalar": True}, "boxes": {"max": 2}}
@@ -81,10 +82,11 @@ def test_ids_as_a_target_are_kept_exactly(tmp_path):
     # the cases
     ("l.csv", 'img.jpg,"1,3"\n', ["row 1: label '1,3' holds a ','", "path,labels", "img.jpg,1;3"]),
     ("l.csv", "a.jpg,2\nimg.jpg,1,3\n", ["row 2 has 3 columns", "path,label", "img.jpg,1;3"]),
-    ("l.csv", "a.jpg,0.5\n", ["row 1: label '0.5' is a number with a fraction", "`target`"]),
-    ("l.csv", "path,label\na.jpg,1\nb.jpg,2.0\n", ["row 3: label '2.0'", "`target`"]),
+    ("l.csv", "a.jpg,0.5\n", ["row 1: label '0.5' is a decimal number", "`target`"]),
+    ("l.csv", "path,label\na.jpg,1\nb.jpg,2.0\n", ["row 3: label '2.0' is a decimal number",
+                                                 "write 2 for that class", "`target`"]),
     ("l.csv", "a.jpg,1\nb.jpg,20000000\n", ["row 2: class 20000000 would make 20,000,001 classes", "`target`"]),
-    ("l.jsonl", '{"path": "a.jpg", "label": 3.0}\n', ["line 1: label '3.0' is a number with a fraction",
+    ("l.jsonl", '{"path": "a.jpg", "label": 3.0}\n', ["line 1: label '3.0' is a decimal number", "write 3 for",
                                                       "key `target`"]),
     ("l.jsonl", '{"path": "a.jpg", "label": "1,3"}\n', ["line 1: label '1,3' holds a ','",
                                                         '"labels": ["1", "3"]']),
