@@ -230,14 +230,14 @@ def _warn_ids(table: LabelsTable, parsed: list[dict]) -> None:
     used = {t for p in parsed for t in ([p["label"]] if "label" in p else []) + p.get("labels", [])}
     n, k = len(parsed), len(used)
     name = os.path.basename(table.source)
-    target = "`target` column (header path,target)" if table.unit == "row" else "\"target\" key"
+    target = "the column `target` (header path,target)" if table.unit == "row" else "the key \"target\""
     ints = [int(t) for t in used if is_int(t)]
     sparse = len(ints) == k > 0 and max(ints) > SPARSE_ABOVE and k < (max(ints) + 1) / 2
     if (k > n / 10 and k >= 100) or sparse:
         why = (f"integers up to {max(ints):,} of which {k:,} are used" if sparse else
                f"{k:,} classes for {n:,} images")
         log.warning("%s: the labels look like unique ids, not classes (%s): packed as classes; to keep them "
-                    "as numbers, name the column a %s", name, why, target)
+                    "as numbers, name %s", name, why, target)
     if "labels" in table.fields and n > 1 and all(len(p["labels"]) == 1 for p in parsed):
         log.warning("%s: every %s of labels holds one class: packed as multi-label; if each image has exactly "
                     "one class, name the column `label`", name, table.unit)

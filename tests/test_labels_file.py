@@ -144,11 +144,11 @@ def test_labels_like_unique_ids_warn_and_say_how_to_keep_them(tmp_path, caplog):
     table = read_labels_file(sparse)
     assert len(table.classes) == 1_100_001 and table.labels[0] == 1_100_000    # packed as asked
     assert "look like unique ids" in caplog.text and "integers up to 1,100,000 of which 4 are used" in caplog.text
-    assert "`target` column (header path,target)" in caplog.text
+    assert "to keep them as numbers, name the column `target` (header path,target)" in caplog.text
     caplog.clear()
     many = jsonl(tmp_path, [{"path": f"{i}.jpg", "label": f"user-{i // 2}"} for i in range(300)])
     read_labels_file(many)
-    assert "150 classes for 300 images" in caplog.text and '"target" key' in caplog.text
+    assert "150 classes for 300 images" in caplog.text and 'name the key "target"' in caplog.text
     caplog.clear()
     classes = jsonl(tmp_path, [{"path": f"{i}.jpg", "label": f"c{i % 20}"} for i in range(300)], "ok.jsonl")
     read_labels_file(classes)
