@@ -87,13 +87,13 @@ LAYERS = [
     ("definitions", ["feedline.errors", "feedline.choices", "feedline.format", "feedline.durable",
                      "feedline.augment", "feedline.order", "feedline.plan", "feedline.ledger",
                      "feedline.stats", "feedline.config", "feedline.scan", "feedline.labels_csv",
-                     "feedline.sample"]),
+                     "feedline.sample", "feedline.flags"]),
     ("stores and decoders", ["feedline.stores", "feedline.decoders"]),
     ("converters and tools", ["converters", "feedline.verify", "feedline.describe"]),
     ("sources", ["feedline.sources"]),
     ("loader", ["feedline.loader"]),
     ("trainer", ["feedline.train"]),
-    ("cli", ["feedline.cli", "feedline.__main__", "feedline.train.__main__"]),
+    ("cli", ["feedline.cli", "feedline.__main__"]),
 ]
 
 
