@@ -4,16 +4,14 @@ Files are consumed in scan order. This thread reads and checks each one (cheap:
 see `ordered` for why it is not spread over threads); files that need converting
 go to a thread pool; this thread also hands each record to the writer as soon as
 it is checked, so its bytes are freed at once and the next file's read reuses
-their memory (holding a chunk's records until its commit cost the LMDB pack of
-2,000 photos a fifth more CPU time), and the kernel writes each committed chunk
-to disk in the background (see `writer_base.start_writeback`). A writer thread
-was tried: on 2 cores it made packs slower for LMDB (py-lmdb takes the GIL back
-after every put) and erratic for HDF5 (0.15-0.7 s for 2000 JPEGs, against
-0.18-0.25 s inline). Every ``commit_every`` files (or ``commit_bytes``) a chunk is
-committed together with its journal entry, so an interrupted pack resumes from
-its last commit. Nothing appears at OUT until the data set is complete: it is
-written as OUT.partial (plus side files for HDF5) and renamed, so an existing OUT
-is replaced only by a complete one.
+their memory (holding a chunk's records until its commit costs CPU time), and the
+kernel writes each committed chunk to disk in the background (see
+`writer_base.start_writeback`). No writer thread: py-lmdb takes the GIL back after
+every put, so one makes LMDB packs slower, and HDF5 packs erratic. Every
+``commit_every`` files (or ``commit_bytes``) a chunk is committed together with its
+journal entry, so an interrupted pack resumes from its last commit. Nothing appears
+at OUT until the data set is complete: it is written as OUT.partial (plus side files
+for HDF5) and renamed, so an existing OUT is replaced only by a complete one.
 """
 from __future__ import annotations
 
