@@ -48,7 +48,14 @@ def not_grid(why: str) -> DecodeError:
 
 def parse_grid(data) -> GridLayout:
     """The layout of ``data`` (bytes-like), a grid JPEG; DecodeError if it is not one."""
-    buf = np.frombuffer(data, dtype=np.uint8)
+    try:
+        return _parse(data)
+    except IndexError:   # a segment shorter than its kind needs, at the very end of the record
+        raise not_grid("its headers are cut short") from None
+
+
+def _parse(data) -> GridLayout:
+    buf = memoryview(data).cast("B")   # the headers, byte by byte: Python ints, no numpy scalars
     n = len(buf)
     if n < 4 or buf[0] != 0xFF or buf[1] != 0xD8:
         raise not_grid("no JPEG start-of-image marker")
@@ -58,11 +65,11 @@ def parse_grid(data) -> GridLayout:
             raise not_grid(f"the headers run past the end of the {n}-byte record")
         if buf[pos] != 0xFF:
             raise not_grid(f"no marker at byte {pos}")
-        code = int(buf[pos + 1])
+        code = buf[pos + 1]
         if code == 0xFF:        # fill byte before a marker
             pos += 1
             continue
-        length = int(buf[pos + 2]) << 8 | int(buf[pos + 3])
+        length = buf[pos + 2] << 8 | buf[pos + 3]
         if length < 2 or pos + 2 + length > n:
             raise not_grid(f"marker FF{code:02X} at byte {pos} has a bad length {length}")
         if code in _SOF_SEQUENTIAL:
@@ -70,7 +77,7 @@ def parse_grid(data) -> GridLayout:
         elif code in _SOF_OTHER:
             raise not_grid(f"SOF FF{code:02X} is not baseline/sequential Huffman")
         elif code == _DRI and length == 4:
-            interval = int(buf[pos + 4]) << 8 | int(buf[pos + 5])
+            interval = buf[pos + 4] << 8 | buf[pos + 5]
         elif code == _SOS:
             scan_at = pos + 2 + length
             break
@@ -80,13 +87,14 @@ def parse_grid(data) -> GridLayout:
     if interval != 1:
         raise not_grid(f"restart interval {interval} (a grid has 1: one MCU)")
     height, width, (mcu_h, mcu_w), ncomp = _frame(buf, sof)
-    if int(buf[pos + 4]) != ncomp:
+    if buf[pos + 4] != ncomp:
         raise not_grid("the scan does not hold every component (a multi-scan JPEG)")
     if buf[n - 2] != 0xFF or buf[n - 1] != _EOI:
         raise not_grid("it does not end with an end-of-image marker")
     down, across = -(-height // mcu_h), -(-width // mcu_w)
-    entropy = buf[scan_at:n - 2]
-    markers = np.flatnonzero((entropy[:-1] == 0xFF) & ((entropy[1:] & 0xF8) == 0xD0))
+    entropy = np.frombuffer(data, dtype=np.uint8)[scan_at:n - 2]
+    ff = np.flatnonzero(entropy[:-1] == 0xFF)     # few: stuffed FF 00 pairs and the markers
+    markers = ff[(entropy[ff + 1] & 0xF8) == 0xD0]
     if len(markers) != down * across - 1:
         raise not_grid(f"{len(markers)} restart markers for {down * across} MCUs")
     if len(markers) and (np.any((entropy[markers + 1] & 7) != (np.arange(len(markers)) & 7))
@@ -95,21 +103,23 @@ def parse_grid(data) -> GridLayout:
     return GridLayout(height, width, mcu_h, mcu_w, down, across, sof, scan_at, n - 2, markers + scan_at)
 
 
-def _frame(buf: np.ndarray, sof: int) -> tuple[int, int, tuple[int, int], int]:
+def _frame(buf: memoryview, sof: int) -> tuple[int, int, tuple[int, int], int]:
     """(height, width, (MCU height, MCU width), components) from the SOF at ``sof``."""
-    length = int(buf[sof + 2]) << 8 | int(buf[sof + 3])
-    height = int(buf[sof + 5]) << 8 | int(buf[sof + 6])
-    width = int(buf[sof + 7]) << 8 | int(buf[sof + 8])
-    ncomp = int(buf[sof + 9])
+    length = buf[sof + 2] << 8 | buf[sof + 3]
+    if length < 11:
+        raise not_grid(f"a SOF segment of {length} bytes")
+    height = buf[sof + 5] << 8 | buf[sof + 6]
+    width = buf[sof + 7] << 8 | buf[sof + 8]
+    ncomp = buf[sof + 9]
     if buf[sof + 4] != 8 or height == 0 or width == 0 or ncomp not in (1, 3) or length != 8 + 3 * ncomp:
         raise not_grid(f"an unusual frame ({buf[sof + 4]}-bit, {width}x{height}, {ncomp} components)")
-    factors = buf[sof + 11:sof + 11 + 3 * ncomp:3]   # after each component id
-    h, v = factors >> 4, factors & 15
+    factors = buf[sof + 11:sof + 11 + 3 * ncomp:3].tolist()   # after each component id
+    h, v = [f >> 4 for f in factors], [f & 15 for f in factors]
     if ncomp == 1:      # a one-component scan is not interleaved: its MCU is one 8x8 block
         return height, width, (8, 8), ncomp
-    if np.any(h < 1) or np.any(v < 1) or np.any(h > 4) or np.any(v > 4):
+    if min(h + v) < 1 or max(h + v) > 4:
         raise not_grid("bad sampling factors")
-    return height, width, (8 * int(v.max()), 8 * int(h.max())), ncomp
+    return height, width, (8 * max(v), 8 * max(h)), ncomp
 
 
 def mcu_span(layout: GridLayout, top: int, left: int, height: int, width: int) -> tuple[int, int, int, int]:
