@@ -101,6 +101,42 @@ def _lib() -> _Library:
     return _library
 
 
+_checked = False
+
+
+def _check_library() -> None:
+    """Transcode one small JPEG made here: a library whose structures differ from the
+    6.2 layout above fails here, once, instead of every file failing as corrupt."""
+    global _checked
+    if _checked:
+        return
+    import io
+
+    from PIL import Image
+
+    from feedline.decoders.jpeg_grid import parse_grid
+    probe = io.BytesIO()
+    Image.new("RGB", (24, 16), (90, 140, 200)).save(probe, "JPEG", quality=90)
+    call = _Call(probe.getvalue(), False)
+    _run(call)
+    try:
+        if call.exception is not None or call.error is not None:
+            raise ValueError(call.error or call.exception)
+        layout = parse_grid(call.result)
+        if (layout.height, layout.width, len(layout.markers)) != (16, 24, 1):   # two 16x16 MCUs
+            raise ValueError(f"a {layout.width}x{layout.height} grid with {len(layout.markers)} markers")
+    except Exception as exc:  # noqa: BLE001 -- whatever went wrong, this library is not usable here
+        raise PackError(f"--layout grid: the libjpeg-turbo in Pillow's wheel ({pillow_libjpeg_path()}) does not "
+                        f"transcode as expected ({exc}); pack with --layout original") from None
+    _checked = True
+
+
+def _run(call: "_Call") -> None:
+    thread = threading.Thread(target=call.run, name="libjpeg-transcode", daemon=True)
+    thread.start()
+    call.done.wait()
+
+
 def _message(cinfo: int) -> str:
     err = ctypes.c_void_p.from_address(cinfo).value
     format_message = _FormatMessage(ctypes.c_void_p.from_address(err + _ERR_FORMAT_MESSAGE).value)
@@ -198,10 +234,9 @@ def transcode_to_grid(data: bytes, optimize: bool = False) -> bytes:
     scan; TranscodeError when libjpeg-turbo meets damaged data (a warning or a fatal error)."""
     if len(data) < 4:
         raise TranscodeError("too short to be a JPEG")
+    _check_library()
     call = _Call(bytes(data), optimize)
-    thread = threading.Thread(target=call.run, name="libjpeg-transcode", daemon=True)
-    thread.start()
-    call.done.wait()
+    _run(call)
     if call.exception is not None:
         raise call.exception
     if call.error is not None:

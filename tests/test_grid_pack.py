@@ -167,3 +167,14 @@ def test_cli_packs_a_grid(tmp_path, folder):
     parse_grid(store.read(0))
     shutil.rmtree(tmp_path, ignore_errors=True)
     assert not os.path.exists(out)
+
+
+def test_a_library_with_other_structures_is_refused_with_a_clear_error(monkeypatch):
+    """A libjpeg whose structures differ (simulated: a wrong size passed) fails the probe
+    transcode with a PackError naming the fix; libjpeg's fatal error does not end the process."""
+    from converters import libjpeg_transcode
+    monkeypatch.setattr(libjpeg_transcode, "_checked", False)
+    monkeypatch.setattr(libjpeg_transcode, "_COMPRESS_SIZE", 512)
+    jpeg = resave(make_image(random.Random(1), cv2.imread(photo_paths()[0]), sizes=[(64, 48)]))
+    with pytest.raises(PackError, match="struct mismatch.*--layout original"):
+        transcode_to_grid(jpeg)
