@@ -135,16 +135,21 @@ def main(argv: list[str] | None = None) -> int:
               "decode_one_thread": ratio(grid["decode_img_s"], original["decode_img_s"]),
               "pack_time": ratio(grid["pack_s"], original["pack_s"]),
               "size": ratio(grid["size_mib"], original["size_mib"])}
+    # Rounds alternate, so each round's quotient compares neighbours in time: its median
+    # is less moved by the load of a shared machine than the quotient of medians.
+    paired = {kind: Spread.of([g / o for g, o in zip(rates["grid"], rates["original"])]).median
+              for kind, rates in (("loader", loader_rates), ("decode_one_thread", decode_rates))}
     say(f"{n} photo-like JPEGs ({source_bytes / 2**20:.1f} MiB), {rounds} interleaved rounds")
     say(format_table(rows, [("layout", "layout"), ("loader img/s", "loader_img_s"),
                             ("decode img/s (1 thread)", "decode_img_s"), ("pack s (CLI)", "pack_s"),
                             ("store MiB", "size_mib")]))
     say("grid / original: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items() if v is not None))
+    say("median of the rounds' quotients: " + ", ".join(f"{k} {v:.2f}x" for k, v in paired.items()))
     epoch = n / original["loader_img_s"]
     say(f"one loader epoch over these files on the original store: {epoch:.2f} s; "
         f"grid pack: {grid['pack_s']:.2f} s")
     path = write_results("grid", rows, params={"n": n, "rounds": rounds, "batches": batches, "size": 224,
-                                               "batch_size": 64}, out=args.out, ratios=ratios,
+                                               "batch_size": 64}, out=args.out, ratios=ratios, paired_ratios=paired,
                          loader_epoch_s=epoch, source_mib=source_bytes / 2**20,
                          rates={"loader": loader_rates, "decode": decode_rates, "pack": pack_seconds})
     say(f"wrote {path}")
