@@ -30,7 +30,7 @@ from .decode_check import DecodeCheck, DecodeChecker
 from .disk_space import check_room_for, write_failed
 from .journal import JournalEntry, check_entries, scan_digest
 from .normalize import Conversion, Record, check_file, convert
-from .options import OnError, PackCheck, PackOptions, format_for
+from .options import Layout, OnError, PackCheck, PackOptions, format_for
 from .ordered import OrderedPool
 from .report import PackReport, Skip, write_error_report
 from .progress import progress_bar
@@ -179,13 +179,19 @@ def _consume(scan: ScanResult, writer: Writer, options: PackOptions, tally: _Tal
     first file."""
     bar = progress_bar(options.progress, len(scan.paths), tally.consumed)
     checker = DecodeChecker() if options.check is PackCheck.DECODE else None
+    grid = None
+    if options.layout is Layout.GRID:
+        from .grid_transcode import GridTranscoder  # numpy and libjpeg only for grid packs
+        grid = GridTranscoder()
 
     def first(rel: str):
         outcome = check_file(scan.root, rel, options)
-        return DecodeCheck(rel, outcome) if checker is not None and isinstance(outcome, Record) else outcome
+        slow = checker is not None or grid is not None
+        return DecodeCheck(rel, outcome) if slow and isinstance(outcome, Record) else outcome
 
     def second(job):
-        return convert(job, options) if isinstance(job, Conversion) else checker(job)
+        done = convert(job, options) if isinstance(job, Conversion) else checker(job) if checker else job.record
+        return grid(job.rel, done) if grid is not None else done
 
     try:
         with OrderedPool(options.threads) as pool:
