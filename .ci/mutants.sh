@@ -22,8 +22,9 @@ JOBS=${MUTANTS_JOBS:-1}
 
 # area -> "modules to mutate (globs) | tests to run". The CUDA prefetcher, the GPU decoder
 # and DALI's graph are left out: without a GPU no test reaches them (make gpu-check does).
-LOADER_TESTS="tests/test_loader.py tests/test_loader_oracles.py tests/test_mutants_loader.py
-              tests/test_sources_ledger.py tests/test_sources_decode_queue.py"
+LOADER_TESTS="tests/test_loader.py tests/test_loader_oracles.py tests/test_loader_options.py tests/test_loader_resume.py
+              tests/test_loader_quasi_random.py tests/test_ledger.py tests/test_sources_ledger.py
+              tests/test_sources_decode_queue.py"
 declare -A AREAS=(
   [order]="feedline/order.py | tests/test_order.py tests/test_properties.py"
   [augment]="feedline/augment.py | tests/test_augment.py tests/test_properties.py"
@@ -31,17 +32,21 @@ declare -A AREAS=(
   [plan]="feedline/plan.py | tests/test_properties.py $LOADER_TESTS"
   [loader]="feedline/loader.py feedline/ledger.py | $LOADER_TESTS"
   [sources]="feedline/sources/threads.py feedline/sources/decode_queue.py feedline/sources/host_finisher.py
-             feedline/sources/records.py feedline/sources/ring.py | $LOADER_TESTS tests/test_mutants_sources.py"
+             feedline/sources/records.py feedline/sources/ring.py |
+             $LOADER_TESTS tests/test_sources_host_finisher.py tests/test_sources_records.py tests/test_dali_errors.py"
   [dali]="feedline/sources/dali.py feedline/sources/known_bad.py |
-          tests/test_dali.py tests/test_sources_ledger.py tests/test_loader_oracles.py tests/test_mutants_dali.py"
+          tests/test_dali.py tests/test_sources_ledger.py tests/test_loader_oracles.py tests/test_dali_errors.py"
   [stores]="feedline/stores/base.py feedline/stores/lmdb_store.py feedline/stores/hdf5_store.py
             feedline/stores/folder_store.py feedline/stores/sharded_store.py feedline/stores/__init__.py |
             tests/test_stores.py tests/test_checksums.py tests/test_shards.py tests/test_readahead.py
-            tests/test_info_verify.py tests/test_scan.py tests/test_loader_oracles.py tests/test_mutants_stores.py"
+            tests/test_info_verify.py tests/test_scan.py tests/test_loader_oracles.py tests/test_store_base.py
+            tests/test_open_dataset.py tests/test_folder_store.py tests/test_hdf5_store.py tests/test_lmdb_store.py
+            tests/test_sharded_store.py"
   [journal]="converters/journal.py converters/packer.py converters/writer_base.py converters/lmdb_writer.py
              converters/hdf5_writer.py | tests/test_pack_resume.py tests/test_pack.py tests/test_disk_full.py
-             tests/test_shards.py tests/test_ordered.py tests/test_mutants_journal.py"
-  [verify]="feedline/verify.py | tests/test_info_verify.py tests/test_checksums.py tests/test_mutants_verify.py"
+             tests/test_shards.py tests/test_ordered.py tests/test_hdf5_writer.py tests/test_hdf5_resume.py
+             tests/test_lmdb_writer.py tests/test_lmdb_resume.py tests/test_packer.py tests/test_journal_resume.py"
+  [verify]="feedline/verify.py | tests/test_info_verify.py tests/test_checksums.py tests/test_verify.py"
 )
 ORDER=(order augment substitute plan loader sources dali stores journal verify)
 

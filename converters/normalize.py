@@ -37,12 +37,6 @@ def _turbo_header(data: bytes) -> tuple[int, int, int, int]:
     return _header(data)
 
 
-def normalize_file(root: str, rel: str, options: PackOptions) -> Record | Skip:
-    """Read ``root/rel`` and return its record, or a Skip with the reason."""
-    outcome = check_file(root, rel, options)
-    return convert(outcome, options) if isinstance(outcome, Conversion) else outcome
-
-
 def read_file(path: str) -> bytes:
     """The whole file, in fewer system calls than open().read() makes."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -109,4 +103,4 @@ def convert(job: Conversion, options: PackOptions) -> Record | Skip:
     return reencode(job, options)
 
 
-__all__ = ["Conversion", "Record", "check_file", "convert", "normalize_file", "read_file"]
+__all__ = ["Conversion", "Record", "check_file", "convert", "read_file"]

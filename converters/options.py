@@ -27,6 +27,13 @@ class PackCheck(str, Enum):
     DECODE = "decode"     # also decoded strictly: damaged image data is skipped as corrupt
 
 
+class Layout(str, Enum):
+    """How JPEG records are laid out."""
+
+    ORIGINAL = "original"   # the source's bytes as they are
+    GRID = "grid"           # a restart marker after every MCU, transcoded losslessly: crops decode less
+
+
 _EXTENSIONS = {".lmdb": OutputFormat.LMDB, ".mdb": OutputFormat.LMDB,
                ".h5": OutputFormat.HDF5, ".hdf5": OutputFormat.HDF5}
 
@@ -90,6 +97,7 @@ class PackOptions:
     num_shards: int | None = None           # this many shards of equal file counts
     shard_index: int | None = None          # pack only this shard (splitting a pack across machines)
     shuffle: int | None = None              # a seed: records in that random order, not sorted
+    layout: Layout = Layout.ORIGINAL
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalize the fields once, here
@@ -97,6 +105,7 @@ class PackOptions:
             set_(self, "format", _enum(OutputFormat, self.format, "format"))
         set_(self, "on_error", _enum(OnError, self.on_error, "on_error"))
         set_(self, "check", _enum(PackCheck, self.check, "check"))
+        set_(self, "layout", _enum(Layout, self.layout, "layout"))
         if self.labels_csv is not None:
             set_(self, "labels_csv", os.path.abspath(os.fspath(self.labels_csv)))
         _int_or_none(self.shuffle, "shuffle", 0)
@@ -134,7 +143,7 @@ class PackOptions:
         """The options that shape the output: stored as the metadata's pack_options."""
         return {"format": fmt.value, "labels_csv": self.labels_csv, "max_side": self.max_side,
                 "quality": self.quality, "max_pixels": self.max_pixels, "on_error": self.on_error.value,
-                "check": self.check.value, "shuffle": self.shuffle,
+                "check": self.check.value, "shuffle": self.shuffle, "layout": self.layout.value,
                 "alpha": "composited on white", "exif_orientation": "applied"}
 
 

@@ -3,11 +3,10 @@ step on a thread pool, results in input order, a bounded number in flight.
 
 Why not everything on the pool: checking a JPEG that is stored as it is costs a few
 tens of microseconds of mostly Python work, and threads doing that contend for the
-GIL; measured on 2 cores, 2000 such files took 0.17-0.27 s on a 2-thread pool and
-0.09-0.12 s on one thread. Conversions (Pillow/OpenCV decode and encode, which
-release the GIL) are the work that gains from more cores, so only they go to the pool,
-which is started by the first of them: a pack of JPEGs stored as they are starts no
-thread and does not import concurrent.futures.
+GIL, so a pool checks such files more slowly than one thread does. Conversions
+(Pillow/OpenCV decode and encode, which release the GIL) are the work that gains from
+more cores, so only they go to the pool, which is started by the first of them: a pack
+of JPEGs stored as they are starts no thread and does not import concurrent.futures.
 """
 from __future__ import annotations
 

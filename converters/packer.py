@@ -4,16 +4,14 @@ Files are consumed in scan order. This thread reads and checks each one (cheap:
 see `ordered` for why it is not spread over threads); files that need converting
 go to a thread pool; this thread also hands each record to the writer as soon as
 it is checked, so its bytes are freed at once and the next file's read reuses
-their memory (holding a chunk's records until its commit cost the LMDB pack of
-2,000 photos a fifth more CPU time), and the kernel writes each committed chunk
-to disk in the background (see `writer_base.start_writeback`). A writer thread
-was tried: on 2 cores it made packs slower for LMDB (py-lmdb takes the GIL back
-after every put) and erratic for HDF5 (0.15-0.7 s for 2000 JPEGs, against
-0.18-0.25 s inline). Every ``commit_every`` files (or ``commit_bytes``) a chunk is
-committed together with its journal entry, so an interrupted pack resumes from
-its last commit. Nothing appears at OUT until the data set is complete: it is
-written as OUT.partial (plus side files for HDF5) and renamed, so an existing OUT
-is replaced only by a complete one.
+their memory (holding a chunk's records until its commit costs CPU time), and the
+kernel writes each committed chunk to disk in the background (see
+`writer_base.start_writeback`). No writer thread: py-lmdb takes the GIL back after
+every put, so one makes LMDB packs slower, and HDF5 packs erratic. Every
+``commit_every`` files (or ``commit_bytes``) a chunk is committed together with its
+journal entry, so an interrupted pack resumes from its last commit. Nothing appears
+at OUT until the data set is complete: it is written as OUT.partial (plus side files
+for HDF5) and renamed, so an existing OUT is replaced only by a complete one.
 """
 from __future__ import annotations
 
@@ -32,8 +30,8 @@ from .decode_check import DecodeCheck, DecodeChecker
 from .disk_space import check_room_for, write_failed
 from .journal import JournalEntry, check_entries, scan_digest
 from .normalize import Conversion, Record, check_file, convert
+from .options import Layout, OnError, PackCheck, PackOptions, format_for
 from .records import target_column_bytes
-from .options import OnError, PackCheck, PackOptions, format_for
 from .ordered import OrderedPool
 from .report import PackReport, Skip, write_error_report
 from .progress import progress_bar
@@ -183,13 +181,19 @@ def _consume(scan: ScanResult, writer: Writer, options: PackOptions, tally: _Tal
     first file."""
     bar = progress_bar(options.progress, len(scan.paths), tally.consumed)
     checker = DecodeChecker() if options.check is PackCheck.DECODE else None
+    grid = None
+    if options.layout is Layout.GRID:
+        from .grid_transcode import GridTranscoder  # numpy and libjpeg only for grid packs
+        grid = GridTranscoder()
 
     def first(rel: str):
         outcome = check_file(scan.root, rel, options)
-        return DecodeCheck(rel, outcome) if checker is not None and isinstance(outcome, Record) else outcome
+        slow = checker is not None or grid is not None
+        return DecodeCheck(rel, outcome) if slow and isinstance(outcome, Record) else outcome
 
     def second(job):
-        return convert(job, options) if isinstance(job, Conversion) else checker(job)
+        done = convert(job, options) if isinstance(job, Conversion) else checker(job) if checker else job.record
+        return grid(job.rel, done) if grid is not None else done
 
     try:
         with OrderedPool(options.threads) as pool:

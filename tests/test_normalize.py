@@ -12,9 +12,16 @@ from PIL import Image
 import helpers_images as imgs
 from converters import PackOptions, Skip
 from converters.jpeg_header import parse_jpeg
-from converters.normalize import Record, normalize_file
+from converters.normalize import Conversion, Record, check_file, convert
 
 OPTIONS = PackOptions()
+
+
+def normalize_file(root: str, rel: str, options: PackOptions) -> Record | Skip:
+    """``root/rel`` as the packer stores it: the checked record, converted when it must be,
+    or a Skip with the reason."""
+    outcome = check_file(root, rel, options)
+    return convert(outcome, options) if isinstance(outcome, Conversion) else outcome
 
 
 @pytest.fixture(scope="module")

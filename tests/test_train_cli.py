@@ -13,10 +13,10 @@ import pytest
 from test_train_helpers import FAST, REPO, pack, subprocess_env, two_class_folder
 
 from feedline.choices import Choice, DecoderName, OnError, Order
-from feedline.cli.options import add_dataclass_arguments, config_from_args
-from feedline.cli.train import add_arguments
+from feedline.flags import add_dataclass_arguments, config_from_args
 from feedline.train import TrainConfig, TrainError
 from feedline.train.choices import Amp, Arch, parse_device
+from feedline.train.command import add_arguments
 from feedline.train.config import option
 
 
@@ -136,7 +136,7 @@ def test_numbers_are_checked(tmp_path):
 PROBE = """
 import sys
 from feedline.cli import build_parser
-from feedline.cli.train import main
+from feedline.train.command import main
 build_parser("train").parse_args(["train", "x", "--arch", "tiny"])
 import feedline.train
 heavy = sorted(m for m in ("torch", "numpy", "cv2", "lmdb", "h5py") if m in sys.modules)

@@ -17,7 +17,7 @@ import time
 import cv2
 import pytest
 
-from feedline.cli.train import main as train_main
+from feedline.train.command import main as train_main
 from feedline.sample import make_image, photo_paths
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

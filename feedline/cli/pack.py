@@ -74,6 +74,10 @@ def register(subparsers) -> None:
     p.add_argument("--check", choices=("headers", "decode"), default="headers",
                    help="how JPEGs stored as they are get checked: headers only (default, fast), or also "
                         "a strict decode that skips damaged image data as corrupt")
+    p.add_argument("--layout", choices=("original", "grid"), default="original",
+                   help="grid: transcode every JPEG losslessly with a restart marker after every MCU, so "
+                        "the loader decodes only each crop's part (damaged image data is skipped as with "
+                        "--check decode); original (default): the source's bytes as they are")
     p.add_argument("--no-space-check", dest="space_check", action="store_false",
                    help="start even when the disk-space estimate says the output will not fit")
     p.add_argument("--shuffle", type=int, metavar="SEED",
@@ -117,7 +121,8 @@ def run(args) -> int:
                           quality=args.quality, max_pixels=args.max_pixels, on_error=args.on_error,
                           check=args.check, space_check=args.space_check, jobs=args.jobs, resume=args.resume,
                           overwrite=args.overwrite, progress=not args.quiet, num_shards=args.num_shards,
-                          shard_index=args.shard_index, shuffle=args.shuffle, **sharding)
+                          shard_index=args.shard_index, shuffle=args.shuffle, layout=args.layout,
+                          **sharding)
     report = pack(args.src, args.out, options)
     if not args.quiet:
         print("\n".join(report.summary_lines()))

@@ -19,19 +19,19 @@ _warned_lenient = False
 class NvimgcodecDecoder(Decoder):
     """nvImageCodec's bundled libjpeg-turbo 3.1, with a partner for what it cannot do.
 
-    Which library decodes a JPEG (measured on photo-like JPEGs, 1 thread; bench/decoders.py):
+    Which library decodes a JPEG (bench/decoders.py measures each choice on photos):
 
     - ``strict=True`` (the default): the partner, a strict libjpeg-turbo decode
       (simplejpeg, else PyTurboJPEG with the system library), at a reduced DCT scale where
       the crop allows it. nvImageCodec's libjpeg-turbo cannot be strict: it ignores libjpeg's
       warnings, so damaged entropy-coded data ("Corrupt JPEG data") decodes silently into
       a wrong image, and a region decode never reads the data below the region. Detecting
-      damage takes a full Huffman decode, which is most of a decode's cost (a 1/8-scale
-      decode costs 63% of a full one here), so no region decode plus check can beat the
-      strict scaled decode, which runs as fast as a region decode on these photos.
+      damage takes a full Huffman decode, which is most of a decode's cost even at 1/8
+      scale, so no region decode plus check can beat the strict scaled decode, which runs
+      as fast as a region decode on photos.
     - ``strict=False``: when the crop is at least 2x the output in both directions, the
       partner at 1/2, 1/4 or 1/8 scale (nvImageCodec has no scaling); otherwise an
-      nvImageCodec decode of the crop's region alone. About 10% faster than strict.
+      nvImageCodec decode of the crop's region alone. Somewhat faster than strict.
       A truncated JPEG is a DecodeError when the region reaches the missing rows.
     - Without a partner installed, nvImageCodec decodes every JPEG; in strict mode a
       JPEG without its end marker is then a DecodeError, but corrupt data inside is not

@@ -58,9 +58,9 @@ class ThreadDecoders:
     """One nvImageCodec CPU decoder per calling thread.
 
     A ``nvimgcodec.Decoder`` must not be shared by threads: two threads decoding with
-    one decoder get wrong images and "std::future_error: Broken promise" (tried here
-    with 4 threads). A decoder per thread is cheap (about 0.1 ms to create) and decodes
-    one image per call on that thread's core, with the GIL released.
+    one decoder get wrong images and "std::future_error: Broken promise". A decoder per
+    thread is cheap to create and decodes one image per call on that thread's core, with
+    the GIL released.
     """
 
     def __init__(self, options: str = ""):

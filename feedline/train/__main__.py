@@ -1,4 +1,4 @@
 """``python -m feedline.train``, also under ``torchrun --nproc_per_node=N -m feedline.train``."""
-from ..cli.train import main
+from .command import main
 
 raise SystemExit(main())

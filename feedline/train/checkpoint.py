@@ -25,7 +25,7 @@ CHECKPOINT_FORMAT = "feedline-train"
 CHECKPOINT_VERSION = 1
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 # Beyond the tensors' bytes: the pickled structure (names, config, history), and per tensor
-# a zip entry header and alignment (about 300 bytes measured; 1 KiB allowed).
+# a zip entry header and alignment (a few hundred bytes; 1 KiB allowed).
 _OVERHEAD, _PER_TENSOR = 64 << 10, 1 << 10
 
 

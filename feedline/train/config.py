@@ -1,6 +1,6 @@
 """TrainConfig: every option of the trainer, with its help, checked when built.
 
-The command line is generated from these fields (feedline/cli/options.py): a field's
+The command line is generated from these fields (feedline/flags.py): a field's
 name is its flag, its default the flag's default, ``metadata["help"]`` its help. No
 torch here: `feedline train --help` must not pay for importing it.
 """

@@ -1,7 +1,6 @@
-"""The DALI source's behaviours that mutation testing found unpinned (tests/MUTATION.md):
-what stopping an epoch early reads and reports, what a failure DALI reports but the CPU
-check cannot explain says, and which sizes a record of the wrong size is reported with.
-Real stores (tests/storefiles.py), DALI's CPU pipeline, the real CPU decoders."""
+"""The DALI source's failures: what stopping an epoch early reads and reports, what a failure
+DALI reports but the CPU check cannot explain says, and which sizes a record of the wrong size
+is reported with. Real stores (tests/storefiles.py), DALI's CPU pipeline, the real CPU decoders."""
 from __future__ import annotations
 
 import io
@@ -11,15 +10,15 @@ import cv2
 import numpy as np
 import pytest
 from PIL import Image
+from storefiles import make_records, write_lmdb
 
 from feedline import FeedLoader
 from feedline.decoders import get_decoder
 from feedline.errors import DecodeError
 from feedline.sources.dali_graph import dali_reason
-from storefiles import make_records, write_lmdb
+
 
 pytestmark = pytest.mark.dali
-
 NOT_A_JPEG = b"\xff\xd8\xff\xe0 this is not really a jpeg" * 10
 
 
@@ -121,3 +120,19 @@ def test_a_record_smaller_than_the_store_says_is_substituted_naming_both_sizes(t
     assert (row.index, row.reason) == (2, "cannot decode") and row.substitute not in (None, 2)
     assert row.detail == f"decodes to {h}x{w}, but the store records {2 * h}x{3 * w}"
     loader.close()
+
+
+@pytest.mark.dali
+def test_dali_names_a_record_that_decodes_to_another_size_than_the_store_says(tmp_path):
+    """DALI fails the batch (the crop lies outside the real image); the CPU check finds the
+    record and says both sizes."""
+    records = make_records(6, 2)
+    h, w = records.sizes[2]
+    records.sizes[2] = (2 * h, 2 * w)
+    path = write_lmdb(tmp_path / "sizes.lmdb", records)
+    loader = FeedLoader(path, batch_size=3, size=16, device="cpu", decoder="dali", num_threads=1)
+    with pytest.raises(Exception, match=rf"decodes to {h}x{w}, but the store records {2 * h}x{2 * w}") as info:
+        list(loader)
+    assert info.value.index == 2
+    [record] = loader.stats.bad_records
+    assert (record.index, record.substitute, record.reason) == (2, None, "cannot decode")

@@ -1,8 +1,8 @@
-"""`feedline verify`'s documented surface that mutation testing found unpinned (tests/MUTATION.md):
-its exact summaries and JSON, a Store, a list or a glob of shards given to it, the failed result
-of a data set that will not open, a decoder instance used as it is (and what its failures and
-wrong shapes become), decoders without a strict mode, the default thread count, and files of
-more chunks than the threads keep in flight (counts, problems and progress added up across them)."""
+"""`feedline verify` (feedline/verify.py), as documented: its exact summaries and JSON, a Store,
+a list or a glob of shards given to it, the failed result of a data set that will not open, a
+decoder instance used as it is (and what its failures and wrong shapes become), decoders without
+a strict mode, the default thread count, and files of more chunks than the threads keep in flight
+(counts, problems and progress added up across them)."""
 from __future__ import annotations
 
 import glob

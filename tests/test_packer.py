@@ -1,0 +1,188 @@
+"""The packer: what a pack writes, reports and keeps (its metadata, bytes read and written, the
+seed's order, commits by bytes), what it says (nothing packed, skipped files, a leftover
+unfinished pack, an output it cannot write, --on-error fail), its progress bar, and that it
+leaves no file open."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import time
+
+import pytest
+from pack_helpers import Terminal, big, feedline_format, interrupt_at, interrupted, mixed, records_of, source_size
+
+import feedline
+from converters import pack
+from feedline.errors import PackError
+
+
+def test_nothing_packed_counts_the_reasons_and_names_the_first(tmp_path):
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "e1.jpg").write_bytes(b"")
+    (src / "a" / "e2.jpg").write_bytes(b"")
+    (src / "a" / "t.jpg").write_text("hello" * 20)
+    with pytest.raises(PackError) as err:
+        pack(str(src), str(tmp_path / "o.lmdb"))
+    assert str(err.value) == (f"{src}: none of the 3 image files could be packed (empty: 2, not-an-image: 1); "
+                              "first: a/e1.jpg: empty: zero-byte file; nothing written")
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_the_progress_bar_counts_files_and_shows_the_read_rate(tmp_path, monkeypatch):
+    from feedline.sample import make_photo_folder
+    make_photo_folder(str(tmp_path / "src"), n=64, classes=2, seed=3, sizes=[(320, 240)])
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    pack(str(tmp_path / "src"), str(tmp_path / "o.lmdb"), jobs=1)
+    last = screen.getvalue().split("\r")[-1]
+    assert re.search(r"64/64 \[.*, (\d+\.\d) MiB/s\]", last), last   # the rate: every 64 files
+    # Its value depends on the clock; bounds that no clock reading can break: some bytes were read,
+    # and not at a TiB per second.
+    assert 0 < float(re.search(r"(\d+\.\d) MiB/s", last).group(1)) < 2**20
+
+
+def test_a_pack_reports_what_it_read_and_wrote_and_stamps_its_metadata(mixed, tmp_path, monkeypatch):
+    import datetime
+    import time
+
+    from converters import PackOptions
+    from feedline import __version__
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TZ", "Asia/Tokyo")   # the stamp is UTC whatever the machine's zone
+    time.tzset()
+    t0 = time.perf_counter()
+    before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    try:   # a relative OUT, in a folder that does not exist yet; several commits
+        report = pack(mixed, "rel/o.lmdb", jobs=1, commit_every=3)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    after = datetime.datetime.now(datetime.timezone.utc)
+    took = time.perf_counter() - t0
+    out = str(tmp_path / "rel" / "o.lmdb")
+    assert (report.out, report.error_report, report.format) == (out, out + ".errors.csv", "lmdb")
+    assert 0 < report.seconds <= took
+    with feedline.open_dataset(out) as ds:
+        paths = [ds.path(i) for i in range(len(ds))]
+        meta = dict(ds.meta)
+    assert report.bytes_in == sum(source_size(mixed, p) for p in paths)
+    assert report.bytes_out == sum(len(r) for r in records_of(out))
+    assert before <= datetime.datetime.fromisoformat(meta.pop("created")) <= after
+    assert meta == {"format": "feedline", "format_version": 2, "checksum": "xxh3_64", "count": 13,
+                    "classes": ["class_000", "class_001"], "source": mixed, "feedline_version": __version__,
+                    "pack_options": PackOptions().output_options(feedline_format("lmdb"))}
+
+
+def test_a_shuffled_pack_holds_the_records_in_the_seeds_order(mixed, tmp_path):
+    from feedline.scan import scan_folder, shuffled
+    out = str(tmp_path / "s.h5")
+    pack(mixed, out, shuffle=3)
+    order = [p for p in shuffled(scan_folder(mixed), 3).paths if p not in ("class_000/empty.jpg", "class_001/text.png")]
+    with feedline.open_dataset(out) as ds:
+        assert [ds.path(i) for i in range(len(ds))] == order != sorted(order)
+        assert ds.meta["pack_options"]["shuffle"] == 3
+
+
+def test_commit_bytes_ends_a_chunk_before_commit_every(big, tmp_path, monkeypatch):
+    from pack_helpers import committed
+    out = str(tmp_path / "o.lmdb")
+    with monkeypatch.context() as m:
+        interrupt_at(m, big, 6)
+        with pytest.raises(KeyboardInterrupt):
+            pack(big, out, commit_bytes=3_000_000, jobs=1)   # 1 MB files: a commit once 3 reach it
+    assert committed(out) == 3
+    out = str(tmp_path / "p.lmdb")
+    with monkeypatch.context() as m:
+        interrupt_at(m, big, 6)
+        with pytest.raises(KeyboardInterrupt):
+            pack(big, out, commit_bytes=2_000_001, jobs=1)   # 2 files fall one byte short
+    assert committed(out) == 3
+
+
+def test_where_out_cannot_be_written_is_said_before_the_source_is_read(mixed, tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(PackError) as err:
+        pack(str(tmp_path / "no-such-src"), str(tmp_path / "file" / "sub" / "o.lmdb"))
+    assert str(err.value) == f"{tmp_path / 'file' / 'sub'}: cannot create the output folder (Not a directory)"
+    with pytest.raises(PackError) as err:
+        pack(str(tmp_path / "no-such-src"), str(tmp_path), format="lmdb")
+    assert str(err.value) == f"{tmp_path} is a folder; name an output file such as OUT.lmdb or OUT.h5"
+    with pytest.raises(PackError, match="cannot tell the format from the extension"):
+        pack(str(tmp_path / "no-such-src"), str(tmp_path / "o.txt"))
+    os.symlink(tmp_path / "nowhere", tmp_path / "link.lmdb")
+    with pytest.raises(PackError, match="already exists"):
+        pack(str(tmp_path / "no-such-src"), str(tmp_path / "link.lmdb"))
+    with pytest.raises(PackError) as err:
+        pack(str(tmp_path / "no-such-src"), str(tmp_path / "file"), format="lmdb")
+    assert str(err.value) == (f"{tmp_path / 'file'} already exists; pass --overwrite to replace it "
+                              "(the old file stays until the new one is complete)")
+
+
+def test_on_error_fail_names_the_file_the_reason_and_that_nothing_was_written(mixed, tmp_path):
+    out = str(tmp_path / "o.h5")
+    with pytest.raises(PackError) as err:
+        pack(mixed, out, on_error="fail", commit_every=3)
+    assert str(err.value) == (f"{os.path.join(mixed, 'class_000/empty.jpg')}: empty: zero-byte file "
+                              f"(--on-error fail: stopped; nothing written at {out})")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_leftover_unfinished_pack_is_named_when_discarded(mixed, tmp_path, monkeypatch, caplog):
+    for ext, first in (("lmdb", ".partial"), ("h5", ".partial.images")):
+        out = str(tmp_path / f"o.{ext}")
+        interrupted(mixed, out, monkeypatch)
+        caplog.clear()
+        pack(mixed, out)
+        said = [r.getMessage() for r in caplog.records if r.name == "converters.packer"]
+        assert said == [f"{out}{first}: discarding an unfinished pack (pass --resume to continue it)"]
+
+
+def test_out_made_a_folder_during_the_pack_is_a_write_failure_and_resume_finishes(mixed, tmp_path, monkeypatch):
+    import converters.packer as packer
+    from feedline.scan import scan_folder
+    out = str(tmp_path / "o.lmdb")
+    real, last = packer.check_file, scan_folder(mixed).paths[-1]
+
+    def racing(root, rel, options):   # another process makes OUT a folder meanwhile
+        if rel == last:
+            os.mkdir(out)
+        return real(root, rel, options)
+    with monkeypatch.context() as m:
+        m.setattr(packer, "check_file", racing)
+        with pytest.raises(PackError) as err:
+            pack(mixed, out, commit_every=3)
+    assert str(err.value) == (f"{out}: write failed (Is a directory); what is committed is intact: "
+                              "fix the cause and rerun with --resume")
+    os.rmdir(out)
+    assert pack(mixed, out, commit_every=3, resume=True).packed == 13
+
+
+def test_each_skipped_file_is_logged_with_its_reason(mixed, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="converters.packer")
+    pack(mixed, str(tmp_path / "o.lmdb"))
+    said = [r.getMessage() for r in caplog.records if r.name == "converters.packer"]
+    assert "skipped class_000/empty.jpg: empty: zero-byte file" in said
+    assert [m for m in said if m.startswith("skipped ")][1].startswith("skipped class_001/text.png: not-an-image: ")
+
+
+def open_files() -> set[str]:
+    fds = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return fds
+
+
+@pytest.mark.parametrize("ext", ["lmdb", "h5"])
+def test_a_pack_finished_or_interrupted_leaves_no_file_open(mixed, tmp_path, monkeypatch, ext):
+    before = open_files()
+    out = str(tmp_path / f"o.{ext}")
+    interrupted(mixed, out, monkeypatch)   # interrupted_h5 works for either format
+    assert not {f for f in open_files() - before if f.startswith(str(tmp_path))}
+    pack(mixed, out, commit_every=3, resume=True)
+    assert not {f for f in open_files() - before if f.startswith(str(tmp_path))}
