@@ -260,3 +260,10 @@ def test_the_fill_bench_runs_and_reports_what_it_measured(tmp_path):
     rows = json.loads(out.read_text())["results"]
     assert [r["work"] for r in rows] == ["decode + crop (1 thread)", "fill: label", "fill: label + labels + boxes"]
     assert rows[0]["share of decode"] == 1.0 and all(r["ms per batch"] > 0 for r in rows)
+
+
+def test_a_grid_pack_keeps_the_targets(labelled, tmp_path):
+    src, labels, expected = labelled
+    out = str(tmp_path / "g.lmdb")
+    pack(src, out, labels_csv=labels, layout="grid", progress=False)
+    assert targets_by_path(out) == expected
