@@ -87,6 +87,7 @@ LAYERS = [
                      "feedline.stats", "feedline.config", "feedline.scan", "feedline.labels_csv",
                      "feedline.sample"]),
     ("stores and decoders", ["feedline.stores", "feedline.decoders"]),
+    ("transforms", ["feedline.transforms"]),
     ("converters and tools", ["converters", "feedline.verify", "feedline.describe"]),
     ("sources", ["feedline.sources"]),
     ("loader", ["feedline.loader"]),
