@@ -27,8 +27,8 @@ def erase_boxes(u: np.ndarray, height: int, width: int, scale, ratio) -> np.ndar
     found = ok[rows, first]
     bh = np.where(found, h[rows, first], 0)
     bw = np.where(found, w[rows, first], 0)
-    top = np.floor(u[:, -2] * (height - bh + 1)).astype(np.int64)
-    left = np.floor(u[:, -1] * (width - bw + 1)).astype(np.int64)
+    top = np.where(found, np.floor(u[:, -2] * (height - bh + 1)), 0).astype(np.int64)
+    left = np.where(found, np.floor(u[:, -1] * (width - bw + 1)), 0).astype(np.int64)
     return np.stack([top, left, bh, bw], axis=1)
 
 

@@ -75,7 +75,8 @@ class Mixup:
         return stream_of(type(self).__name__, self._occurrence)
 
     def draw(self, seed: int, epoch: int, indices, height: int, width: int) -> dict:
-        """lambda (n,), cutmix (n,) and boxes (n, 4) for the batch of samples ``indices``."""
+        """Per sample: lam (the mixing weight), cutmix (a box is pasted), boxes (y0, y1, x0, x1),
+        beta (lambda as drawn, before the box correction) and center (y, x) of the box."""
         n = len(indices)
         rng = generator(seed, epoch, int(indices[0]) if n else 0, self.stream)
         k = n if self.mode == "elem" else 1
@@ -85,15 +86,15 @@ class Mixup:
             use_cut[:] = self.mixup_alpha == 0
         lam_cut = rng.beta(self.cutmix_alpha, self.cutmix_alpha, k) if self.cutmix_alpha else np.ones(k)
         lam_mix = rng.beta(self.mixup_alpha, self.mixup_alpha, k) if self.mixup_alpha else np.ones(k)
-        lam = np.where(mixing, np.where(use_cut, lam_cut, lam_mix), 1.0)
-        cy, cx = rng.integers(0, height, k), rng.integers(0, width, k)
-        boxes, corrected = cut_boxes(lam, cy, cx, height, width)
-        cutting = use_cut & (lam < 1.0)
-        if self.correct_lam:
-            lam = np.where(cutting, corrected, lam)
+        beta = np.where(mixing, np.where(use_cut, lam_cut, lam_mix), 1.0)
+        center = np.stack([rng.integers(0, height, k), rng.integers(0, width, k)], 1)
+        boxes, corrected = cut_boxes(beta, center[:, 0], center[:, 1], height, width)
+        cutting = use_cut & (beta < 1.0)
+        lam = np.where(cutting, corrected, beta) if self.correct_lam else beta
+        params = {"lam": lam, "cutmix": cutting, "boxes": boxes, "beta": beta, "center": center}
         if k == 1:  # batch mode: every sample shares the batch's draw
-            lam, cutting, boxes = np.repeat(lam, n), np.repeat(cutting, n), np.repeat(boxes, n, axis=0)
-        return {"lam": lam, "cutmix": cutting, "boxes": boxes}
+            params = {key: np.repeat(v, n, axis=0) for key, v in params.items()}
+        return params
 
     def apply(self, images: torch.Tensor, targets: torch.Tensor, params: dict):
         """Mixed images (same dtype) and mixed probability targets (N, C) float32."""
