@@ -15,13 +15,14 @@ _T = (color.brightness_t, color.contrast_t, color.saturation_t, color.hue_t)
 def _factor_range(name: str, value, center: float, bound: tuple[float, float]):
     """torchvision's ColorJitter._check_input: a number v means [center - v, center + v]
     (clipped at 0 for the factors); None when the range leaves the image unchanged."""
+    given = value
     if isinstance(value, (int, float)):
         if value < 0:
             raise ValueError(f"ColorJitter: {name} must be >= 0, got {value!r}")
         value = (max(center - value, 0.0) if center else -value, center + value)
-    lo, hi = check_interval("ColorJitter", name, value, low=bound[0])
-    if hi > bound[1]:
-        raise ValueError(f"ColorJitter: {name} must lie in {bound}, got {value!r}")
+    lo, hi = check_interval("ColorJitter", name, value, low=-float("inf"))
+    if lo < bound[0] or hi > bound[1]:
+        raise ValueError(f"ColorJitter: {name} must lie in [{bound[0]}, {bound[1]}], got {given!r}")
     return None if lo == hi == center else (lo, hi)
 
 
