@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from .base import to_u8
 
-GRAY = np.array([0.2989, 0.587, 0.114], dtype=np.float32)  # torchvision's rgb_to_grayscale
+GRAY = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # ITU-R 601-2: PIL's "L", OpenCV's GRAY
 _SMOOTH = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=np.float32) / 13  # PIL's SMOOTH
 
 
@@ -22,33 +22,35 @@ def _per_sample(f, x: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(f, dtype=x.dtype, device=x.device).reshape(-1, 1, 1, 1)
 
 
-# --- numpy, one image ------------------------------------------------------------------
+# --- numpy / OpenCV, one image (OpenCV rounds to nearest and saturates, releasing the GIL) --
 
 def gray_np(img: np.ndarray) -> np.ndarray:
-    return img.astype(np.float32) @ GRAY
+    """uint8 H x W luma, rounded as PIL's convert("L")."""
+    return cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)
 
 
-def blend_np(img: np.ndarray, other, factor: float) -> np.ndarray:
-    return to_u8(factor * img.astype(np.float32) + (1.0 - factor) * other)
+def blend_np(img: np.ndarray, other: np.ndarray, factor: float) -> np.ndarray:
+    return cv2.addWeighted(img, float(factor), other, 1.0 - float(factor), 0.0)
 
 
 def brightness_np(img, factor):
-    return blend_np(img, 0.0, factor)
+    return cv2.addWeighted(img, float(factor), img, 0.0, 0.0)
 
 
 def contrast_np(img, factor):
-    return blend_np(img, float(gray_np(img).mean()), factor)
+    mean = float(gray_np(img).mean())
+    return cv2.addWeighted(img, float(factor), img, 0.0, (1.0 - float(factor)) * mean)
 
 
 def saturation_np(img, factor):
-    return blend_np(img, gray_np(img)[..., None], factor)
+    return blend_np(img, cv2.cvtColor(gray_np(img), cv2.COLOR_GRAY2RGB), factor)
 
 
 def sharpness_np(img, factor):
     if img.shape[0] <= 2 or img.shape[1] <= 2:
         return img
-    blurred = img.astype(np.float32)
-    inner = np.rint(cv2.filter2D(blurred, -1, _SMOOTH, borderType=cv2.BORDER_REPLICATE))
+    blurred = img.copy()
+    inner = cv2.filter2D(img, -1, _SMOOTH, borderType=cv2.BORDER_REPLICATE)
     blurred[1:-1, 1:-1] = inner[1:-1, 1:-1]  # the border keeps its pixels, as PIL and torchvision
     return blend_np(img, blurred, factor)
 
@@ -61,14 +63,15 @@ def hue_np(img, shift):
 
 
 def grayscale_np(img):
-    return np.repeat(to_u8(gray_np(img))[..., None], 3, axis=2)
+    return cv2.cvtColor(gray_np(img), cv2.COLOR_GRAY2RGB)
 
 
 # --- torch, a batch with one factor per sample -----------------------------------------
 
 def gray_t(x: torch.Tensor) -> torch.Tensor:
+    """N x 1 x H x W luma, rounded as gray_np's."""
     w = torch.as_tensor(GRAY, dtype=x.dtype, device=x.device).reshape(1, 3, 1, 1)
-    return (x * w).sum(dim=1, keepdim=True)
+    return (x * w).sum(dim=1, keepdim=True).round_()
 
 
 def blend_t(x, other, factor) -> torch.Tensor:
@@ -131,4 +134,4 @@ def hue_t(x, shift):
 
 
 def grayscale_t(x):
-    return gray_t(x).round_().clamp_(0, 255).expand(-1, 3, -1, -1).contiguous()
+    return gray_t(x).clamp_(0, 255).expand(-1, 3, -1, -1).contiguous()

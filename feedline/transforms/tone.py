@@ -17,36 +17,40 @@ def posterize_np(img: np.ndarray, bits: int) -> np.ndarray:
 
 def solarize_np(img: np.ndarray, threshold: float) -> np.ndarray:
     """Invert the values at or above ``threshold``."""
-    return np.where(img >= threshold, 255 - img, img).astype(np.uint8)
+    values = np.arange(256)
+    return cv2.LUT(img, np.where(values >= threshold, 255 - values, values).astype(np.uint8))
+
+
+def _stretch_lut(lo: int, hi: int) -> np.ndarray:
+    """autocontrast's table for one channel: (v - lo) * 255 / (hi - lo), truncated, as PIL."""
+    values = np.arange(256, dtype=np.float32)
+    if hi <= lo:
+        return values.astype(np.uint8)
+    return np.clip(np.floor((values - lo) * 255 / np.float32(hi - lo)), 0, 255).astype(np.uint8)
 
 
 def autocontrast_np(img: np.ndarray) -> np.ndarray:
-    """Stretch each channel to 0..255 (truncating, as PIL and torchvision); flat channels stay."""
-    lo = img.min(axis=(0, 1)).astype(np.float32)
-    hi = img.max(axis=(0, 1)).astype(np.float32)
-    span = np.where(hi > lo, hi - lo, 1)
-    out = np.floor((img.astype(np.float32) - lo) * 255 / span)
-    return np.where(hi > lo, np.clip(out, 0, 255), img).astype(np.uint8)
+    """Stretch each channel to 0..255; a flat channel stays."""
+    bounds = [cv2.minMaxLoc(channel)[:2] for channel in cv2.split(img)]
+    lut = np.stack([_stretch_lut(int(lo), int(hi)) for lo, hi in bounds], axis=1)
+    return cv2.LUT(img, lut.reshape(256, 1, 3))
 
 
-def _equalize_lut(hist: np.ndarray) -> np.ndarray | None:
-    """PIL's ImageOps.equalize table for one channel's histogram, None for 'unchanged'."""
+def _equalize_lut(hist: np.ndarray) -> np.ndarray:
+    """PIL's ImageOps.equalize table for one channel's histogram (identity when degenerate)."""
     used = hist[hist > 0]
     step = (int(hist.sum()) - int(used[-1])) // 255 if len(used) else 0
     if step == 0:
-        return None
+        return np.arange(256, dtype=np.uint8)
     lut = (np.cumsum(hist) + step // 2) // step
     return np.clip(np.concatenate([[0], lut[:-1]]), 0, 255).astype(np.uint8)
 
 
 def equalize_np(img: np.ndarray) -> np.ndarray:
-    out = img.copy()
-    for c in range(img.shape[2]):
-        hist = np.bincount(img[..., c].ravel(), minlength=256)
-        lut = _equalize_lut(hist)
-        if lut is not None:
-            out[..., c] = cv2.LUT(img[..., c], lut)
-    return out
+    hists = [cv2.calcHist([channel], [0], None, [256], [0, 256]).reshape(256).astype(np.int64)
+             for channel in cv2.split(img)]
+    lut = np.stack([_equalize_lut(h) for h in hists], axis=1)
+    return cv2.LUT(img, lut.reshape(256, 1, 3))
 
 
 # --- torch, a batch with one parameter per sample --------------------------------------
