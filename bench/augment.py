@@ -11,7 +11,7 @@ Rows, measured in one run:
 - ``ops:pil`` / ``ops:feedline``: the recipe's per-sample ops alone on 224 x 224 photos in
   this process on one thread (PIL as above vs feedline.transforms' numpy/OpenCV path).
 
-Usage: python bench/augment.py [DATA] [--quick] [--seconds S] [--workers W]
+Usage: python bench/augment.py [DATA] [--quick] [--n N] [--batches B] [--seconds S] [--workers W]
 """
 from __future__ import annotations
 
@@ -173,6 +173,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="bench/augment.py", description=__doc__.split("\n\n")[0])
     p.add_argument("data", nargs="?")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--n", type=int, default=None, help="images generated without DATA (default 2000)")
     p.add_argument("--batches", type=int, default=None, help="timed batches per loader (default 30)")
     p.add_argument("--batch-size", type=int, default=None, help="default 64")
     p.add_argument("--workers", type=int, default=2, help="DataLoader workers and FeedLoader threads")
@@ -182,7 +183,7 @@ def main(argv=None) -> int:
     batches, batch_size = a.batches or (3 if a.quick else 30), a.batch_size or (8 if a.quick else 64)
     seconds = a.seconds or (0.5 if a.quick else 5.0)
     torch.set_num_threads(1)
-    data = prepare_data(a.data, n=64 if a.quick else 2000)
+    data = prepare_data(a.data, n=a.n or (64 if a.quick else 2000))
     from feedline.stores import open_dataset
     with open_dataset(data.packed) as store:
         classes = int(np.max(store.labels)) + 1

@@ -161,3 +161,21 @@ def test_a_batch_hook_gets_images_and_targets_and_must_return_both():
     assert calls[0][0] == x.shape and targets.shape == (6, 6)
     with pytest.raises(TransformError, match=r"batch_transforms\[0\] \(.*\) must return \(images, targets\)"):
         BatchTransforms([lambda images, targets: images]).apply(x, y, 0, 0, np.arange(6))
+
+
+def test_the_host_path_gives_the_same_samples_for_any_thread_count_and_batch_draw():
+    from concurrent.futures import ThreadPoolExecutor
+
+    def hook(image, rng):
+        return np.roll(image, int(rng.integers(0, 5)), axis=1)
+
+    ops = SampleTransforms(recipe() + [hook])
+    indices = list(range(300, 324))
+    imgs = [PHOTOS[i % len(PHOTOS)] for i in indices]
+    one = [ops.apply(img, 8, 1, i) for img, i in zip(imgs, indices)]
+    with ThreadPoolExecutor(4) as pool:
+        many = list(pool.map(lambda args: ops.apply(args[0], 8, 1, args[1]), zip(imgs, indices)))
+    drawn = ops.draw(8, 1, indices)  # as an engine does: one draw per batch, then per sample
+    batch = [ops.apply_drawn(img, drawn, k, 8, 1, i) for k, (img, i) in enumerate(zip(imgs, indices))]
+    for a, b, c in zip(one, many, batch):
+        assert np.array_equal(a, b) and np.array_equal(a, c)

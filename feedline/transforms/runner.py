@@ -6,6 +6,14 @@ A user callable in ``transforms`` is called as ``fn(image, rng)``: ``image`` a u
 H x W x 3 array, ``rng`` a numpy Generator seeded from (seed, epoch, index) and its own
 stream; it returns a uint8 array of the same shape. A user callable in ``batch_transforms``
 is called as ``fn(images, targets)`` and returns ``(images, targets)``.
+
+How an engine uses them (per batch plan ``bp`` of epoch ``e``, loader seed ``s``):
+- host output (CPU): ``drawn = sample.draw(s, e, bp.indices)`` once, then on each decode
+  thread, after the crop and flip, ``img = sample.apply_drawn(img, drawn, k, s, e, bp.indices[k])``.
+- CUDA output: ``host, device = sample.split()``; ``host`` runs on the decode threads as
+  above; on the side stream, after the copy and before normalizing,
+  ``images = device.apply_batch(images, s, e, bp.indices)``.
+- then, on the finished batch: ``images, targets = batch.apply(images, targets, s, e, bp.indices)``.
 """
 from __future__ import annotations
 
