@@ -179,3 +179,13 @@ def test_the_host_path_gives_the_same_samples_for_any_thread_count_and_batch_dra
     batch = [ops.apply_drawn(img, drawn, k, 8, 1, i) for k, (img, i) in enumerate(zip(imgs, indices))]
     for a, b, c in zip(one, many, batch):
         assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+def test_an_error_inside_a_hook_says_which_hook_and_sample():
+    def broken(image, rng):
+        raise KeyError("no such thing")
+
+    with pytest.raises(KeyError) as info:
+        SampleTransforms([RandomGrayscale(0.5), broken]).apply(PHOTOS[0], 0, 0, 41)
+    assert "in transforms[1] (test_an_error_inside_a_hook_says_which_hook_and_sample.<locals>.broken) " \
+           "on sample 41" in info.value.__notes__

@@ -12,7 +12,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .base import to_u8
 
 GRAY = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # ITU-R 601-2: PIL's "L", OpenCV's GRAY
 _SMOOTH = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=np.float32) / 13  # PIL's SMOOTH
@@ -57,9 +56,11 @@ def sharpness_np(img, factor):
 
 def hue_np(img, shift):
     """Rotate the hue by ``shift`` turns (-0.5..0.5) in float HSV, as torchvision's tensor path."""
-    hsv = cv2.cvtColor(img.astype(np.float32) * (1 / 255), cv2.COLOR_RGB2HSV)  # H in degrees
-    hsv[..., 0] = np.mod(hsv[..., 0] + 360.0 * shift, 360.0)
-    return to_u8(cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB) * 255)
+    rgb = img.astype(np.float32)
+    rgb *= 1 / 255
+    h, s, v = cv2.split(cv2.cvtColor(rgb, cv2.COLOR_RGB2HSV))  # H in degrees
+    h += 360.0 * (float(shift) % 1.0)  # OpenCV wraps a hue of 360..720 back, not a negative one
+    return cv2.convertScaleAbs(cv2.cvtColor(cv2.merge((h, s, v)), cv2.COLOR_HSV2RGB), alpha=255.0)
 
 
 def grayscale_np(img):

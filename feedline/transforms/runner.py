@@ -17,7 +17,8 @@ How an engine uses them (per batch plan ``bp`` of epoch ``e``, loader seed ``s``
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import copy
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -105,7 +106,11 @@ class SampleTransforms:
             if params is not None:
                 sample = step.apply_cpu(sample, row(params, i))
             else:
-                out = step(sample, generator(seed, epoch, index, stream))
+                try:
+                    out = step(sample, generator(seed, epoch, index, stream))
+                except Exception as exc:
+                    exc.add_note(f"in {self.argument}[{pos}] ({_name(step)}) on sample {index}")
+                    raise
                 self._check(out, sample, step, pos, index)
                 sample = out
         return sample
@@ -171,7 +176,6 @@ class BatchTransforms:
 
 def _bound(mixer: Mixup, num_classes: int | None, seen: dict) -> Mixup:
     """A copy of ``mixer`` on its own stream, with the store's number of classes if it has none."""
-    import copy
     m = copy.copy(mixer)
     name = type(m).__name__
     m._occurrence = seen[name] = seen.get(name, -1) + 1
