@@ -192,3 +192,19 @@ def test_auto_augment_end_to_end_is_torchvisions_forward_with_the_same_draws(mak
     # elsewhere PIL's truncating blends and luma, one level apart, which Equalize may stretch
     assert len(seen) == 14 and exact >= 10
     assert np.mean(mads) < 0.4 and max(mads) < 3, max(mads)
+
+
+def test_random_erasing_noise_is_normalized_normal_noise_in_pixel_units_on_both_paths():
+    op = RandomErasing(p=1.0, scale=(0.3, 0.3), ratio=(1.0, 1.0), value="random")
+    x = torch.from_numpy(np.stack(PHOTOS)).permute(0, 3, 1, 2)
+    params = op.draw(2, 0, np.arange(3))
+    host = np.stack([op.apply_cpu(img, {k: v[i] for k, v in params.items()}) for i, img in enumerate(PHOTOS)])
+    dev = op.apply_torch(x.float(), params).permute(0, 2, 3, 1).numpy()
+    assert np.array_equal(host, dev)
+    top, left, h, w = op._boxes(params, 72, 96)[0]
+    patch = host[0, top:top + h, left:left + w].reshape(-1, 3).astype(np.float64)
+    assert np.allclose(patch.mean(0), 255 * np.array(op.mean), atol=6)
+    assert np.allclose(patch.std(0), 255 * np.array(op.std), atol=6)
+    again = op.apply_cpu(PHOTOS[0], {k: v[0] for k, v in op.draw(2, 0, [0]).items()})
+    assert np.array_equal(again, host[0])
+    assert not np.array_equal(host[1][top:top + h, left:left + w], host[0][top:top + h, left:left + w])

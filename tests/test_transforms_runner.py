@@ -136,7 +136,7 @@ def test_names_resolve_to_the_defaults_and_unknown_names_say_what_is_known():
     (lambda: RandomGrayscale(1.5), r"RandomGrayscale: p must be a probability between 0 and 1, got 1.5"),
     (lambda: RandomErasing(p=-0.1), r"RandomErasing: p must be a probability"),
     (lambda: RandomErasing(scale=(0.5, 0.1)), r"RandomErasing: scale must satisfy"),
-    (lambda: RandomErasing(value="random"), r"RandomErasing: value must be one number or three"),
+    (lambda: RandomErasing(value="noise"), r"RandomErasing: value must be one number or three"),
     (lambda: RandAugment(magnitude=31), r"RandAugment: magnitude must be an int in 0..30"),
     (lambda: RandAugment(fill=300), r"RandAugment: fill must be"),
     (lambda: GaussianBlur(4), r"GaussianBlur: kernel_size must be an odd positive int"),
