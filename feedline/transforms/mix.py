@@ -99,7 +99,7 @@ class Mixup:
     def apply(self, images: torch.Tensor, targets: torch.Tensor, params: dict):
         """Mixed images (same dtype) and mixed probability targets (N, C) float32."""
         owner = f"{type(self).__name__}(batch_transforms)"
-        soft = soft_targets(targets, self.num_classes, self.label_smoothing, owner)
+        soft = soft_targets(targets.to(images.device), self.num_classes, self.label_smoothing, owner)
         n, _, height, width = images.shape
         dev = images.device
         x = images.float()
