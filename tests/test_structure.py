@@ -91,6 +91,7 @@ LAYERS = [
                      "feedline.target_stats", "feedline.fields",
                      "feedline.sample", "feedline.flags"]),
     ("stores and decoders", ["feedline.stores", "feedline.decoders"]),
+    ("transforms", ["feedline.transforms"]),
     ("converters and tools", ["converters", "feedline.verify", "feedline.describe"]),
     ("sources", ["feedline.sources"]),
     ("loader", ["feedline.loader"]),

@@ -1,0 +1,15 @@
+"""Augmentations beyond the crop and flip: per-sample built-ins with torchvision's names and
+semantics, timm's batch mixers, and the runners that apply them (with user callables) on the
+decode threads or batched on the device. Every parameter is a pure function of
+(seed, epoch, index) on the transform's own random stream."""
+from .autoaugment import RandAugment, TrivialAugmentWide
+from .base import SampleOp, TransformError
+from .blur import GaussianBlur
+from .erasing import RandomErasing
+from .jitter import ColorJitter, RandomGrayscale
+from .mix import CutMix, Mixup, MixUp
+from .runner import BatchTransforms, SampleTransforms
+
+__all__ = ["RandAugment", "TrivialAugmentWide", "ColorJitter", "RandomGrayscale", "GaussianBlur",
+           "RandomErasing", "MixUp", "CutMix", "Mixup", "SampleTransforms", "BatchTransforms",
+           "SampleOp", "TransformError"]

@@ -1,0 +1,177 @@
+"""RandAugment and TrivialAugmentWide, as torchvision defines them: the same 14 ops in the
+same order, the same magnitude tables, signed magnitudes negated with probability 1/2,
+nearest-neighbour geometry filled with ``fill``.
+
+Each sample draws, per op slot, the op (uniform over the 14), the sign and (TrivialAugment)
+the magnitude bin; the magnitude itself is looked up when applied, because TranslateX/Y in
+RandAugment scale with the image size.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from . import color, geometry, tone
+from .base import Params, SampleOp
+
+OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness",
+       "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize")
+SIGNED = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color",
+          "Contrast", "Sharpness"}
+
+
+def magnitude(op: str, bin_, bins: int, height: int, width: int, wide: bool):
+    """torchvision's _augmentation_space(bins)[op][bin_] (unsigned), for RandAugment or,
+    with ``wide``, TrivialAugmentWide; ``bin_`` may be an array."""
+    k = np.asarray(bin_, dtype=np.float64)
+    frac = k / max(bins - 1, 1)  # linspace(0, top, bins)[k]
+    if op in ("ShearX", "ShearY"):
+        return frac * (0.99 if wide else 0.3)
+    if op in ("TranslateX", "TranslateY"):
+        side = width if op == "TranslateX" else height
+        return frac * (32.0 if wide else 150.0 / 331.0 * side)
+    if op == "Rotate":
+        return frac * (135.0 if wide else 30.0)
+    if op in ("Brightness", "Color", "Contrast", "Sharpness"):
+        return frac * (0.99 if wide else 0.9)
+    if op == "Posterize":
+        return 8 - np.round(k / ((bins - 1) / (6 if wide else 4)))
+    if op == "Solarize":
+        return 255.0 - frac * 255.0
+    return np.zeros_like(k)
+
+
+def _matrices(op: str, v, h: int, w: int) -> np.ndarray:
+    if op == "ShearX":
+        return geometry.shear_x(v)
+    if op == "ShearY":
+        return geometry.shear_y(v)
+    if op == "TranslateX":
+        return geometry.translate(v, np.zeros_like(v))
+    if op == "TranslateY":
+        return geometry.translate(np.zeros_like(v), v)
+    return geometry.rotate(v, h, w)
+
+
+_ENHANCE_NP = {"Brightness": color.brightness_np, "Color": color.saturation_np,
+               "Contrast": color.contrast_np, "Sharpness": color.sharpness_np}
+_ENHANCE_T = {"Brightness": color.brightness_t, "Color": color.saturation_t,
+              "Contrast": color.contrast_t, "Sharpness": color.sharpness_t}
+
+
+def apply_op_np(op: str, img: np.ndarray, v: float, fill) -> np.ndarray:
+    """torchvision's _apply_op on one uint8 image, ``v`` the signed magnitude."""
+    if op in _ENHANCE_NP:
+        return _ENHANCE_NP[op](img, 1.0 + v)
+    if op == "Posterize":
+        return tone.posterize_np(img, int(v))
+    if op == "Solarize":
+        return tone.solarize_np(img, v)
+    if op == "AutoContrast":
+        return tone.autocontrast_np(img)
+    if op == "Equalize":
+        return tone.equalize_np(img)
+    if op == "Identity":
+        return img
+    return geometry.warp_np(img, _matrices(op, np.float64(v), *img.shape[:2]), fill)
+
+
+def apply_op_t(op: str, x: torch.Tensor, v: np.ndarray, fill) -> torch.Tensor:
+    """The same op on a float batch, ``v`` one signed magnitude per sample."""
+    if op in _ENHANCE_T:
+        return _ENHANCE_T[op](x, 1.0 + v)
+    if op == "Posterize":
+        return tone.posterize_t(x, np.trunc(v))
+    if op == "Solarize":
+        return tone.solarize_t(x, v)
+    if op == "AutoContrast":
+        return tone.autocontrast_t(x)
+    if op == "Equalize":
+        return tone.equalize_t(x)
+    if op == "Identity":
+        return x
+    return geometry.warp_t(x, _matrices(op, v, *x.shape[-2:]), fill)
+
+
+class _AutoAugment(SampleOp):
+    """Shared by RandAugment and TrivialAugmentWide: ``_slots`` ops per sample."""
+
+    wide = False
+    _slots = 1
+
+    def _bins(self, u: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def params(self, u: np.ndarray) -> Params:
+        s = self._slots
+        op = np.minimum((u[:, :s] * len(OPS)).astype(np.int64), len(OPS) - 1)
+        negative = u[:, s:2 * s] < 0.5
+        return {"op": op, "negative": negative, "bin": self._bins(u[:, 2 * s:])}
+
+    def _signed(self, op: str, bins, negative, h: int, w: int):
+        v = magnitude(op, bins, self.num_magnitude_bins, h, w, self.wide)
+        return np.where(negative & (op in SIGNED), -v, v)
+
+    def apply_cpu(self, image: np.ndarray, p: dict) -> np.ndarray:
+        h, w = image.shape[:2]
+        for k in range(self._slots):
+            op = OPS[p["op"][k]]
+            image = apply_op_np(op, image, float(self._signed(op, p["bin"][k], p["negative"][k], h, w)),
+                                self.fill)
+        return image
+
+    def apply_torch(self, images: torch.Tensor, params: Params) -> torch.Tensor:
+        h, w = images.shape[-2:]
+        for k in range(self._slots):
+            chosen = params["op"][:, k]
+            for code in np.unique(chosen):
+                rows = np.flatnonzero(chosen == code)
+                v = self._signed(OPS[code], params["bin"][rows, k], params["negative"][rows, k], h, w)
+                sel = torch.as_tensor(rows, device=images.device)
+                images[sel] = apply_op_t(OPS[code], images[sel], v, self.fill)
+        return images
+
+
+def _check_fill(owner: str, fill):
+    values = np.atleast_1d(np.asarray(0 if fill is None else fill, dtype=np.float64))
+    if values.size not in (1, 3) or values.min() < 0 or values.max() > 255:
+        raise ValueError(f"{owner}: fill must be one number or three, in 0..255, got {fill!r}")
+    return 0 if fill is None else fill
+
+
+class RandAugment(_AutoAugment):
+    """torchvision's RandAugment(num_ops, magnitude, num_magnitude_bins, fill)."""
+
+    def __init__(self, num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31,
+                 fill=None):
+        if not isinstance(num_ops, int) or num_ops < 0:
+            raise ValueError(f"RandAugment: num_ops must be an int >= 0, got {num_ops!r}")
+        if not isinstance(num_magnitude_bins, int) or num_magnitude_bins < 2:
+            raise ValueError(f"RandAugment: num_magnitude_bins must be an int >= 2, got {num_magnitude_bins!r}")
+        if not isinstance(magnitude, int) or not 0 <= magnitude < num_magnitude_bins:
+            raise ValueError(f"RandAugment: magnitude must be an int in 0..{num_magnitude_bins - 1} "
+                             f"(num_magnitude_bins={num_magnitude_bins}), got {magnitude!r}")
+        self.num_ops, self.magnitude, self.num_magnitude_bins = num_ops, magnitude, num_magnitude_bins
+        self.fill = _check_fill("RandAugment", fill)
+        self._slots = num_ops
+        self.DRAWS = 2 * num_ops
+
+    def _bins(self, u: np.ndarray) -> np.ndarray:
+        return np.full((len(u), self._slots), self.magnitude, dtype=np.int64)
+
+
+class TrivialAugmentWide(_AutoAugment):
+    """torchvision's TrivialAugmentWide(num_magnitude_bins, fill): one op, a random bin."""
+
+    wide = True
+    DRAWS = 3
+
+    def __init__(self, num_magnitude_bins: int = 31, fill=None):
+        if not isinstance(num_magnitude_bins, int) or num_magnitude_bins < 2:
+            raise ValueError(f"TrivialAugmentWide: num_magnitude_bins must be an int >= 2, "
+                             f"got {num_magnitude_bins!r}")
+        self.num_magnitude_bins = num_magnitude_bins
+        self.fill = _check_fill("TrivialAugmentWide", fill)
+
+    def _bins(self, u: np.ndarray) -> np.ndarray:
+        return np.minimum((u * self.num_magnitude_bins).astype(np.int64), self.num_magnitude_bins - 1)

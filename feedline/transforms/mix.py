@@ -1,0 +1,144 @@
+"""Batch mixers with timm's formulas (timm.data.mixup): MixUp, CutMix, and Mixup which picks
+one of them per batch (``switch_prob``) with probability ``prob``, with label smoothing.
+
+The partner of sample i is sample n - 1 - i (timm flips the batch). lambda ~ Beta(alpha,
+alpha); CutMix cuts a box of sides int(H * sqrt(1 - lambda)), int(W * sqrt(1 - lambda))
+centred on a uniform pixel, clipped to the image, and corrects lambda to 1 - box area / image
+area. Targets become probability vectors: off = eps / C, on = 1 - eps + eps / C, then mixed.
+Mode "batch" draws one lambda per batch, "elem" one per sample (timm's modes). Every draw is a
+pure function of (seed, epoch, the batch's first sample index), so thread count and resume
+point cannot change it. Images are N x C x H x W tensors (any device, uint8 or float).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .base import check_probability
+from .streams import generator, stream_of
+
+
+def cut_boxes(lam: np.ndarray, cy: np.ndarray, cx: np.ndarray, height: int, width: int):
+    """timm's rand_bbox: int64 (y0, y1, x0, x1) per sample, and lambda corrected by the area."""
+    ratio = np.sqrt(1.0 - lam)
+    cut_h, cut_w = (height * ratio).astype(np.int64), (width * ratio).astype(np.int64)
+    y0, y1 = np.clip(cy - cut_h // 2, 0, height), np.clip(cy + cut_h // 2, 0, height)
+    x0, x1 = np.clip(cx - cut_w // 2, 0, width), np.clip(cx + cut_w // 2, 0, width)
+    return np.stack([y0, y1, x0, x1], 1), 1.0 - (y1 - y0) * (x1 - x0) / float(height * width)
+
+
+def soft_targets(targets: torch.Tensor, num_classes: int | None, smoothing: float,
+                 owner: str) -> torch.Tensor:
+    """Int labels (N,) -> smoothed one-hot (N, C); probability vectors pass unchanged."""
+    if targets.dim() == 2 and targets.is_floating_point():
+        return targets
+    if num_classes is None:
+        raise ValueError(f"{owner}: num_classes is required to turn int labels into probability "
+                         f"vectors; pass {owner.split('(')[0]}(..., num_classes=C)")
+    if targets.dim() != 1 or targets.is_floating_point():
+        raise ValueError(f"{owner}: targets must be int labels (N,) or probabilities (N, C), "
+                         f"got {tuple(targets.shape)} {targets.dtype}")
+    if len(targets) and (int(targets.min()) < 0 or int(targets.max()) >= num_classes):
+        raise ValueError(f"{owner}: a label is outside 0..{num_classes - 1} (num_classes="
+                         f"{num_classes}): {int(targets.min())}..{int(targets.max())}")
+    off = smoothing / num_classes
+    out = torch.full((len(targets), num_classes), off, dtype=torch.float32, device=targets.device)
+    return out.scatter_(1, targets.long()[:, None], 1.0 - smoothing + off)
+
+
+class Mixup:
+    """timm's Mixup(mixup_alpha, cutmix_alpha, prob, switch_prob, mode, correct_lam,
+    label_smoothing, num_classes); cutmix_minmax is not supported."""
+
+    def __init__(self, mixup_alpha: float = 1.0, cutmix_alpha: float = 0.0, prob: float = 1.0,
+                 switch_prob: float = 0.5, mode: str = "batch", correct_lam: bool = True,
+                 label_smoothing: float = 0.1, num_classes: int | None = None):
+        name = type(self).__name__
+        for arg, v in (("mixup_alpha", mixup_alpha), ("cutmix_alpha", cutmix_alpha)):
+            if not isinstance(v, (int, float)) or v < 0:
+                raise ValueError(f"{name}: {arg} must be a number >= 0, got {v!r}")
+        if mixup_alpha == 0 and cutmix_alpha == 0:
+            raise ValueError(f"{name}: mixup_alpha or cutmix_alpha must be > 0")
+        self.prob = check_probability(name, "prob", prob)
+        self.switch_prob = check_probability(name, "switch_prob", switch_prob)
+        self.label_smoothing = check_probability(name, "label_smoothing", label_smoothing)
+        if mode not in ("batch", "elem"):
+            raise ValueError(f"{name}: mode must be 'batch' or 'elem', got {mode!r}")
+        if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 1):
+            raise ValueError(f"{name}: num_classes must be a positive int, got {num_classes!r}")
+        self.mixup_alpha, self.cutmix_alpha = float(mixup_alpha), float(cutmix_alpha)
+        self.mode, self.correct_lam, self.num_classes = mode, correct_lam, num_classes
+        self._occurrence = 0
+
+    @property
+    def stream(self) -> int:
+        return stream_of(type(self).__name__, self._occurrence)
+
+    def draw(self, seed: int, epoch: int, indices, height: int, width: int) -> dict:
+        """Per sample: lam (the mixing weight), cutmix (a box is pasted), boxes (y0, y1, x0, x1),
+        beta (lambda as drawn, before the box correction) and center (y, x) of the box."""
+        n = len(indices)
+        rng = generator(seed, epoch, int(indices[0]) if n else 0, self.stream)
+        k = n if self.mode == "elem" else 1
+        mixing = rng.random(k) < self.prob
+        use_cut = rng.random(k) < self.switch_prob
+        if self.mixup_alpha == 0 or self.cutmix_alpha == 0:
+            use_cut[:] = self.mixup_alpha == 0
+        lam_cut = rng.beta(self.cutmix_alpha, self.cutmix_alpha, k) if self.cutmix_alpha else np.ones(k)
+        lam_mix = rng.beta(self.mixup_alpha, self.mixup_alpha, k) if self.mixup_alpha else np.ones(k)
+        beta = np.where(mixing, np.where(use_cut, lam_cut, lam_mix), 1.0)
+        center = np.stack([rng.integers(0, height, k), rng.integers(0, width, k)], 1)
+        boxes, corrected = cut_boxes(beta, center[:, 0], center[:, 1], height, width)
+        cutting = use_cut & (beta < 1.0)
+        lam = np.where(cutting, corrected, beta) if self.correct_lam else beta
+        params = {"lam": lam, "cutmix": cutting, "boxes": boxes, "beta": beta, "center": center}
+        if k == 1:  # batch mode: every sample shares the batch's draw
+            params = {key: np.repeat(v, n, axis=0) for key, v in params.items()}
+        return params
+
+    def apply(self, images: torch.Tensor, targets: torch.Tensor, params: dict):
+        """Mixed images (same dtype) and mixed probability targets (N, C) float32."""
+        owner = f"{type(self).__name__}(batch_transforms)"
+        soft = soft_targets(targets.to(images.device), self.num_classes, self.label_smoothing, owner)
+        n, _, height, width = images.shape
+        dev = images.device
+        x = images.float()
+        partner = x.flip(0)
+        lam = torch.as_tensor(params["lam"], dtype=torch.float32, device=dev)
+        b = torch.as_tensor(params["boxes"], device=dev)
+        ys = torch.arange(height, device=dev).reshape(1, -1, 1)
+        xs = torch.arange(width, device=dev).reshape(1, 1, -1)
+        inside = ((ys >= b[:, 0, None, None]) & (ys < b[:, 1, None, None]) &
+                  (xs >= b[:, 2, None, None]) & (xs < b[:, 3, None, None]))
+        cutting = torch.as_tensor(params["cutmix"], device=dev).reshape(-1, 1, 1, 1)
+        blended = x * lam.reshape(-1, 1, 1, 1) + partner * (1 - lam).reshape(-1, 1, 1, 1)
+        mixed = torch.where(cutting & inside[:, None], partner, torch.where(cutting, x, blended))
+        if not images.is_floating_point():
+            mixed = mixed.round_().clamp_(0, 255)
+        lam_t = lam.reshape(-1, 1)
+        return mixed.to(images.dtype), soft * lam_t + soft.flip(0) * (1 - lam_t)
+
+    def __call__(self, images, targets, *, seed: int, epoch: int, indices):
+        return self.apply(images, targets, self.draw(seed, epoch, indices, *images.shape[-2:]))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({args})"
+
+
+class MixUp(Mixup):
+    """torchvision v2's MixUp(alpha, num_classes), with timm's flipped partner and smoothing."""
+
+    def __init__(self, alpha: float = 1.0, num_classes: int | None = None, label_smoothing: float = 0.0,
+                 mode: str = "batch"):
+        super().__init__(mixup_alpha=alpha, cutmix_alpha=0.0, label_smoothing=label_smoothing,
+                         num_classes=num_classes, mode=mode)
+
+
+class CutMix(Mixup):
+    """torchvision v2's CutMix(alpha, num_classes), with timm's box and flipped partner."""
+
+    def __init__(self, alpha: float = 1.0, num_classes: int | None = None, label_smoothing: float = 0.0,
+                 mode: str = "batch"):
+        super().__init__(mixup_alpha=0.0, cutmix_alpha=alpha, label_smoothing=label_smoothing,
+                         num_classes=num_classes, mode=mode)

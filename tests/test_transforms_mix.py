@@ -1,0 +1,96 @@
+"""MixUp / CutMix / Mixup against timm's formulas written out in oracles_transforms, on a
+batch of real photos."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import oracles_transforms as oracle
+from feedline.transforms import BatchTransforms, CutMix, Mixup, MixUp
+
+PHOTOS = np.stack([oracle.photo(i, 40, 56) for i in range(5)])
+LABELS = torch.tensor([3, 0, 7, 3, 9])
+
+
+def batch(dtype=torch.float32) -> torch.Tensor:
+    x = torch.from_numpy(PHOTOS).permute(0, 3, 1, 2)
+    return x.to(dtype) / 255 if dtype.is_floating_point else x.to(dtype)
+
+
+def reference(mixer, params, smoothing: float, x: np.ndarray):
+    boxes = [tuple(b) if c else None for b, c in zip(params["boxes"].tolist(), params["cutmix"])]
+    return (oracle.mix_elem(x, list(params["lam"]), boxes),
+            oracle.mixup_target(LABELS.tolist(), 10, list(params["lam"]), smoothing))
+
+
+@pytest.mark.parametrize("mixer", [MixUp(0.4, num_classes=10), CutMix(1.0, num_classes=10),
+                                   Mixup(0.8, 1.0, label_smoothing=0.1, num_classes=10),
+                                   Mixup(0.8, 1.0, mode="elem", switch_prob=0.5, num_classes=10)])
+def test_mixed_images_and_targets_follow_timm(mixer):
+    x = batch()
+    checked = set()
+    for first in range(0, 40, 5):
+        params = mixer.draw(2, 0, np.arange(first, first + 5), 40, 56)
+        images, targets = mixer.apply(x.clone(), LABELS, params)
+        want_x, want_y = reference(mixer, params, mixer.label_smoothing, x.numpy())
+        assert np.allclose(images.numpy(), want_x, atol=1e-6)
+        assert np.allclose(targets.numpy(), want_y, atol=1e-6)
+        assert np.allclose(targets.sum(1).numpy(), 1.0, atol=1e-6)
+        checked.update("cut" if c else ("mix" if lam < 1 else "none")
+                       for c, lam in zip(params["cutmix"], params["lam"]))
+    assert checked >= ({"mix"} if isinstance(mixer, MixUp) else {"cut"} if isinstance(mixer, CutMix)
+                       else {"mix", "cut"})
+
+
+def test_cutmix_box_and_corrected_lambda_are_timms():
+    mixer = CutMix(1.0, num_classes=10, mode="elem")
+    params = mixer.draw(9, 1, np.arange(200), 40, 56)
+    for beta, (cy, cx), box, lam in zip(params["beta"], params["center"], params["boxes"], params["lam"]):
+        want_box, want_lam = oracle.rand_bbox(40, 56, beta, cy, cx)
+        assert tuple(box) == want_box and lam == pytest.approx(want_lam)
+    uncorrected = Mixup(0.0, 1.0, correct_lam=False, num_classes=10).draw(9, 1, [0, 1], 40, 56)
+    assert np.array_equal(uncorrected["lam"], uncorrected["beta"])
+
+
+def test_label_smoothing_off_and_on_values():
+    _, targets = Mixup(1.0, prob=0.0, label_smoothing=0.1, num_classes=10)(
+        batch(), LABELS, seed=0, epoch=0, indices=np.arange(5))
+    assert targets[0, 3] == pytest.approx(1 - 0.1 + 0.01) and targets[0, 0] == pytest.approx(0.01)
+    assert targets.dtype == torch.float32 and targets.shape == (5, 10)
+
+
+def test_uint8_images_stay_uint8_and_rounded():
+    mixer = MixUp(1.0, num_classes=10)
+    params = mixer.draw(4, 0, np.arange(5), 40, 56)
+    as_float, _ = mixer.apply(batch(torch.float32) * 255, LABELS, params)
+    as_u8, _ = mixer.apply(batch(torch.uint8), LABELS, params)
+    assert as_u8.dtype == torch.uint8
+    assert torch.equal(as_u8, as_float.round().to(torch.uint8))
+
+
+def test_probability_targets_mix_again():
+    first, second = MixUp(1.0, num_classes=10), CutMix(1.0, num_classes=10)
+    chain = BatchTransforms([first, second])
+    images, targets = chain.apply(batch(), LABELS, seed=1, epoch=0, indices=np.arange(5))
+    assert targets.shape == (5, 10) and torch.allclose(targets.sum(1), torch.ones(5))
+
+
+def test_mixers_without_num_classes_say_so_or_take_the_stores():
+    with pytest.raises(ValueError, match=r"MixUp.*num_classes is required"):
+        MixUp(1.0)(batch(), LABELS, seed=0, epoch=0, indices=np.arange(5))
+    images, targets = BatchTransforms([MixUp(1.0)], num_classes=10).apply(
+        batch(), LABELS, seed=0, epoch=0, indices=np.arange(5))
+    assert targets.shape == (5, 10)
+    with pytest.raises(ValueError, match=r"outside 0..7 \(num_classes=8\)"):
+        MixUp(1.0, num_classes=8)(batch(), LABELS, seed=0, epoch=0, indices=np.arange(5))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(prob=1.5), "prob must be a probability"), (dict(switch_prob=-0.1), "switch_prob"),
+    (dict(label_smoothing=2), "label_smoothing"), (dict(mixup_alpha=-1), "mixup_alpha"),
+    (dict(mixup_alpha=0, cutmix_alpha=0), "mixup_alpha or cutmix_alpha"), (dict(mode="pair"), "mode"),
+    (dict(num_classes=0), "num_classes")])
+def test_bad_mixer_arguments_name_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Mixup(**kwargs)
