@@ -244,7 +244,7 @@ def test_bad_arguments_are_refused(packed_lmdb):
 @pytest.mark.dali
 def test_dali_cpu_pipeline_matches_the_turbojpeg_path(source):
     kwargs = dict(batch_size=8, shuffle=True, size=48, num_threads=2, device="cpu", seed=2)
-    with FeedLoader(source, decoder="dali", **kwargs) as dali, \
+    with FeedLoader(source, engine="dali", **kwargs) as dali, \
             FeedLoader(source, decoder="turbojpeg", **kwargs) as turbo:
         for epoch in (0, 1):
             dali.set_epoch(epoch)
