@@ -25,7 +25,7 @@ NOT_A_JPEG = b"\xff\xd8\xff\xe0 this is not really a jpeg" * 10
 
 def dali_loader(path, **kw) -> FeedLoader:
     kw = {"batch_size": 2, "size": 16, "shuffle": False, "num_threads": 1, **kw}
-    return FeedLoader(path, device="cpu", decoder="dali", **kw)
+    return FeedLoader(path, device="cpu", engine="dali", **kw)
 
 
 def test_closing_an_epoch_early_feeds_dali_no_further_batch(tmp_path):

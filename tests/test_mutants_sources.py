@@ -91,7 +91,7 @@ def test_dali_names_a_record_that_decodes_to_another_size_than_the_store_says(tm
     h, w = records.sizes[2]
     records.sizes[2] = (2 * h, 2 * w)
     path = write_lmdb(tmp_path / "sizes.lmdb", records)
-    loader = FeedLoader(path, batch_size=3, size=16, device="cpu", decoder="dali", num_threads=1)
+    loader = FeedLoader(path, batch_size=3, size=16, device="cpu", engine="dali", num_threads=1)
     with pytest.raises(Exception, match=rf"decodes to {h}x{w}, but the store records {2 * h}x{2 * w}") as info:
         list(loader)
     assert info.value.index == 2

@@ -12,7 +12,7 @@ from enum import Enum
 import pytest
 from test_train_helpers import FAST, REPO, pack, subprocess_env, two_class_folder
 
-from feedline.choices import Choice, DecoderName, OnError, Order
+from feedline.choices import Choice, Engine, OnError, Order
 from feedline.cli.options import add_dataclass_arguments, config_from_args
 from feedline.cli.train import add_arguments
 from feedline.train import TrainConfig, TrainError
@@ -98,7 +98,7 @@ def test_the_generator_on_a_small_dataclass():
 def test_choices_are_enums_that_accept_their_strings(tmp_path):
     cfg = TrainConfig(train=str(tmp_path), arch="TINY", amp="bf16", decoder="pil", on_error="raise",
                       order="quasi-random")
-    assert cfg.arch is Arch.TINY and cfg.amp is Amp.BF16 and cfg.decoder is DecoderName.PIL
+    assert cfg.arch is Arch.TINY and cfg.amp is Amp.BF16 and (cfg.engine, cfg.decoder) == (Engine.AUTO, "pil")
     assert cfg.on_error is OnError.RAISE and cfg.order is Order.QUASI_RANDOM
     assert cfg.arch == "tiny"  # still a string
     plain = cfg.to_dict()

@@ -31,9 +31,9 @@ def register(subparsers) -> None:
     p.add_argument("--jobs", "-j", type=_positive, default=None, metavar="N",
                    help="threads (default: all cores)")
     p.add_argument("--decoder", default="auto", metavar="NAME",
-                   help=f"decoder, in its strict mode: auto (the default: the fastest strict one installed, the "
-                        f"one FeedLoader's 'auto' uses on CPU threads), {', '.join(names(installed=False))}, or one "
-                        "registered by an installed package (entry point group 'feedline.decoders')")
+                   help=f"decoder, in its strict mode (default auto: the fastest strict one installed, the one "
+                        f"FeedLoader's 'auto' uses on CPU threads); also {', '.join(names(installed=False))}, or "
+                        "one an installed package registers (entry point group 'feedline.decoders')")
     p.add_argument("--max-listed", type=int, default=100, metavar="N",
                    help="problems listed at most (default 100; 0 lists all)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
