@@ -34,25 +34,27 @@ def device_bytes(config: LoaderConfig) -> int:
 
 
 def available_host_bytes() -> int | None:
-    """Memory this process can still take: MemAvailable, capped by its cgroup's limit."""
+    """Memory this process can still take: MemAvailable, capped by its cgroup's limit less
+    the cgroup's working set (its usage but the page cache it would give back first)."""
     found = []
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    found.append(int(line.split()[1]) * 1024)
-    except OSError:
-        pass
-    try:
-        with open("/sys/fs/cgroup/memory.max") as f:
-            limit = f.read().strip()
-        with open("/sys/fs/cgroup/memory.current") as f:
-            used = int(f.read())
-        if limit != "max":
-            found.append(int(limit) - used)
-    except (OSError, ValueError):
-        pass
+    meminfo = _read("/proc/meminfo")
+    for line in (meminfo or "").splitlines():
+        if line.startswith("MemAvailable:"):
+            found.append(int(line.split()[1]) * 1024)
+    limit, used = _read("/sys/fs/cgroup/memory.max"), _read("/sys/fs/cgroup/memory.current")
+    if limit and used and limit.strip().isdigit():
+        stat = dict(line.split() for line in (_read("/sys/fs/cgroup/memory.stat") or "").splitlines()
+                    if len(line.split()) == 2)
+        found.append(int(limit) - int(used) + int(stat.get("inactive_file", 0)))
     return min(found) if found else None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def check_buffers_fit(config: LoaderConfig) -> None:
@@ -62,9 +64,10 @@ def check_buffers_fit(config: LoaderConfig) -> None:
     advice = "use a smaller batch_size (or size, or prefetch)"
     need, free = host_bytes(config), available_host_bytes()
     if need and free is not None and need > free:
-        raise MemoryError(f"{what}: the batch buffers need about {need / GIB:,.1f} GiB of memory ({config.prefetch + 2} "
-                          f"uint8 batches of {batch_pixels(config) / GIB:,.2f} GiB for prefetch={config.prefetch}, "
-                          f"and the batch delivered), but {free / GIB:,.1f} GiB is available; {advice}")
+        slots, batch = config.prefetch + 2, batch_pixels(config) / GIB
+        raise MemoryError(f"{what}: the batch buffers need about {need / GIB:,.1f} GiB of memory ({slots} uint8 "
+                          f"batches of {batch:,.2f} GiB for prefetch={config.prefetch}, and the batch delivered), "
+                          f"but {free / GIB:,.1f} GiB is available; {advice}")
     need = device_bytes(config)
     if need:
         free = torch.cuda.mem_get_info(torch.device(config.output.device))[0]

@@ -155,9 +155,13 @@ def _build(name: str, **options) -> "Decoder":
 def _auto_engine(decoder, device: str, log_level: int) -> Engine:
     if not (isinstance(decoder, str) and decoder == "auto"):
         return Engine.THREADS   # a decoder was named: the thread engine runs it
-    if device.startswith("cuda") and missing_library_reason(*DALI) is None:
+    if not device.startswith("cuda"):
+        return Engine.THREADS
+    reason = missing_library_reason(*DALI)
+    if reason is None:
         _log_once(log_level, f"engine 'auto' -> 'dali' (device {device})")
         return Engine.DALI
+    _log_once(log_level, f"engine 'auto' -> 'threads' (device {device}; {reason})")
     return Engine.THREADS
 
 

@@ -97,8 +97,8 @@ def test_one_record_loads_and_no_record_is_a_clear_error(tmp_path):
 
 def test_repr_says_what_the_loader_reads_and_how(packed_lmdb):
     loader = small(packed_lmdb, batch_size=16)
-    assert repr(loader) == (f"FeedLoader({loader.store.filename!r}, batch_size=16, engine='threads', decoder='opencv', threads=2, "
-                            "device='cpu', 3 batches/epoch)")
+    assert repr(loader) == (f"FeedLoader({loader.store.filename!r}, batch_size=16, engine='threads', decoder='opencv', "
+                            "threads=2, device='cpu', 3 batches/epoch)")
 
 
 # -- where the loader stands --------------------------------------------------------------------

@@ -116,6 +116,21 @@ def test_a_bad_choice_names_the_flag_and_the_allowed_values(tmp_path, field, val
     assert str(err.value) == f"--{field.replace('_', '-')} must be one of {allowed}, got {value!r}"
 
 
+def test_engine_and_decoder_are_checked_by_name(tmp_path):
+    """--engine picks who makes batches, --decoder the threads engine's codec; the old
+    --decoder dali / gpu still means the engine."""
+    assert TrainConfig(train=str(tmp_path), engine="threads", decoder="simplejpeg").engine is Engine.THREADS
+    with pytest.warns(DeprecationWarning, match="pass engine='dali'"):
+        old = TrainConfig(train=str(tmp_path), decoder="dali")
+    assert (old.engine, old.decoder) == (Engine.DALI, "auto")
+    with pytest.raises(TrainError, match=r"^--engine/--decoder: unknown decoder 'libjpeg'; known decoders: auto, "):
+        TrainConfig(train=str(tmp_path), decoder="libjpeg")
+    with pytest.raises(TrainError, match="engine='gpu' decodes in its own pipeline, so decoder='pil' has no effect"):
+        TrainConfig(train=str(tmp_path), engine="gpu", decoder="pil")
+    with pytest.raises(TrainError, match="--engine must be one of 'auto', 'threads', 'dali', 'gpu'"):
+        TrainConfig(train=str(tmp_path), engine="cpu")
+
+
 def test_devices():
     assert [parse_device(d) for d in ("auto", "CPU", "cuda", "cuda:1", " CUDA:0 ")] == \
            ["auto", "cpu", "cuda", "cuda:1", "cuda:0"]
