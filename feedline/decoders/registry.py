@@ -95,7 +95,8 @@ def registration(name: str) -> Registration:
         load_entry_points()
         found = _registry.get(name)
     if found is None:
-        raise ValueError(f"unknown decoder {name!r}; known decoders: {', '.join(('auto', *names()))}")
+        engine = f" ({name!r} is an engine: FeedLoader(..., engine={name!r}))" if name in RESERVED[1:] else ""
+        raise ValueError(f"unknown decoder {name!r}{engine}; known decoders: {', '.join(('auto', *names()))}")
     return found
 
 
