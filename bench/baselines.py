@@ -119,11 +119,11 @@ def dali_cpu_stream(folder: str, batch_size: int, threads: int, device: str,
 
 # -- FeedLoader -----------------------------------------------------------------------
 def feedloader_stream(packed: str, batch_size: int, threads: int, device: str, decoder: str = "auto",
-                      size: int = 224) -> LoaderStream:
-    """FeedLoader with its defaults but for the decoder asked for ("auto": the default)."""
+                      size: int = 224, engine: str = "auto") -> LoaderStream:
+    """FeedLoader with its defaults but for the engine and decoder asked for ("auto": the default)."""
     from feedline.loader import FeedLoader
     loader = FeedLoader(packed, batch_size=batch_size, shuffle=True, train=True, size=size,
-                        decoder=decoder, num_threads=threads, device=device, drop_last=True)
+                        engine=engine, decoder=decoder, num_threads=threads, device=device, drop_last=True)
     stream = forever(lambda: loader)
     close_stream = closer(stream)
 

@@ -354,8 +354,10 @@ def backends(batch: int = 64, feedline: bool = True) -> list[Backend]:
         rows.append(Backend("feedline:nvimgcodec-region", "feedline", crop + " (strict=False: nvImageCodec region "
                             "decode, DCT-scaled when the crop allows)", _feedline_open("nvimgcodec", 224, strict=False),
                             crop_size=224, options={"strict": False}))
-        for name in ("turbojpeg", "opencv", "pil"):
-            rows.append(Backend(f"feedline:{name}", "feedline", crop, _feedline_open(name, 224), crop_size=224))
+        from feedline.decoders import decoder_names
+        for name in decoder_names():   # the registry's, yours included (a 'feedline.decoders' entry point)
+            if name != "nvimgcodec":
+                rows.append(Backend(f"feedline:{name}", "feedline", crop, _feedline_open(name, 224), crop_size=224))
     return rows
 
 

@@ -31,6 +31,7 @@ from bench.chart import save_bar_chart  # noqa: E402
 from bench.common import Spread, format_table, ratio, say, target, targets_table, write_results  # noqa: E402
 from bench.data import cache_root, prepare_data, read_encoded  # noqa: E402
 from bench.machine import machine_info, machine_line  # noqa: E402
+from feedline.choices import Engine  # noqa: E402
 from feedline.config import usable_cores  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ TARGETS = ((DATALOADER, "x_dataloader", 2.5), (DALI_CPU, "x_dali_cpu", 1.8), (FL
 FFCV_SAME, FFCV_OWN = "ffcv-same-jpeg", "ffcv-reencoded"
 FFCV_TARGETS = ((FFCV_SAME, 1.8), (FFCV_OWN, 1.3))   # --ffcv: FeedLoader's default over FFCV 1.0.2
 RSS_GROWTH_LIMIT_PCT = 2.0
+ENGINES = tuple(e.value for e in Engine if e is not Engine.AUTO)   # --decoders may name these too
 WORK = "random-resized crop 224 (scale 0.08-1, ratio 3/4-4/3) + flip p=0.5 + normalize to float32, drop_last"
 
 
@@ -168,10 +170,12 @@ def _start_streams(options, data, threads: int, device: str):
                   "with --check decode (every record proven to decode: only crop regions are decoded)",
                   lambda: baselines.feedloader_stream(str(_checked_store(data)), batch, threads, device)),
     }
-    for decoder in options.decoders:
-        makers[f"feedline-{decoder}"] = (
-            f"FeedLoader(decoder={decoder!r}, device={device!r}), {threads} threads",
-            lambda decoder=decoder: baselines.feedloader_stream(str(data.packed), batch, threads, device, decoder))
+    for name in options.decoders:   # a decoder's name, or an engine's (dali, gpu, threads)
+        engine, decoder = (name, "auto") if name in ENGINES else ("auto", name)
+        makers[f"feedline-{name}"] = (
+            f"FeedLoader(engine={engine!r}, decoder={decoder!r}, device={device!r}), {threads} threads",
+            lambda engine=engine, decoder=decoder: baselines.feedloader_stream(str(data.packed), batch, threads,
+                                                                               device, decoder, engine=engine))
     if options.ffcv:
         from bench.ffcv_baseline import VARIANTS
         for name in (FFCV_SAME, FFCV_OWN):
@@ -280,7 +284,8 @@ def add_arguments(p) -> None:
                                                           "(default 2 x threads + 2)")
     p.add_argument("--device", help="FeedLoader's device (default: cuda when available, else cpu)")
     p.add_argument("--decoders", type=names, metavar="NAMES",
-                   help="also FeedLoader with each of these decoders (comma-separated), one row each")
+                   help="also FeedLoader with each of these decoders (comma-separated; registered names, yours "
+                        "included, or the engines dali, gpu, threads), one row each")
     p.add_argument("--ffcv", action="store_true", default=None,
                    help="also FFCV 1.0.2 on the same JPEG bytes and on its own re-encoded .beton (when installed)")
     p.add_argument("--epochs-rss", type=int, metavar="E", help="FeedLoader epochs of the memory check "

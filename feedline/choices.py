@@ -26,17 +26,14 @@ class Choice(str, Enum):
         return self.value
 
 
-class DecoderName(Choice):
-    """Who decodes the JPEGs. The first five are per-image decoders run on CPU threads;
-    ``dali`` and ``gpu`` decode whole batches in their own pipelines."""
+class Engine(Choice):
+    """Who produces the batches. The per-image codec of the thread engine is chosen apart,
+    with ``decoder=`` (a name in feedline.decoders' open registry, or a Decoder)."""
 
-    AUTO = "auto"              # the fastest one installed; the choice is logged once
-    NVIMGCODEC = "nvimgcodec"  # nvImageCodec's bundled libjpeg-turbo 3.1: decodes only the crop
-    TURBOJPEG = "turbojpeg"    # PyTurboJPEG 1.x and the system libturbojpeg (optional)
-    OPENCV = "opencv"
-    PIL = "pil"
-    DALI = "dali"              # NVIDIA DALI: nvJPEG on a GPU, CPU operators without one
-    GPU = "gpu"                # nvImageCodec on the GPU: nvJPEG / hardware decoder, crop regions
+    AUTO = "auto"        # dali on a CUDA device when DALI imports, else threads; logged once
+    THREADS = "threads"  # per-image decoders (decoder=) on CPU threads, a ring of batch buffers
+    DALI = "dali"        # one NVIDIA DALI pipeline: nvJPEG on a GPU, CPU operators without one
+    GPU = "gpu"          # nvImageCodec on the GPU: nvJPEG / hardware decoder, crop regions
 
 
 class OnError(Choice):

@@ -1,34 +1,71 @@
 """FeedLoader's options, validated once when built: what to load (LoaderConfig) and what
-the consumer receives (OutputSpec)."""
+the consumer receives (OutputSpec), and how FeedLoader's keywords become them."""
 from __future__ import annotations
 
+import operator
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from .augment import AugmentSpec
-from .choices import DecoderName, OnError, Order
+from .choices import Engine, OnError, Order
 from .errors import BackendUnavailable
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+class Unset:
+    """The value of a keyword left out, where None has a meaning of its own (mean=None)."""
+
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+UNSET = Unset()
+
+
 @dataclass(frozen=True)
 class OutputSpec:
-    """What the consumer receives: N x C x H x W, normalized (or uint8 when mean is None)."""
+    """What the consumer receives: N x C x H x W, normalized (or uint8 when mean is None).
+
+    Checked and resolved when built: ``dtype`` is always a torch.dtype afterwards (float32
+    with ``mean``, uint8 without). ``device=None`` is FeedLoader's ``device=``, else CUDA
+    when it is usable; LoaderConfig resolves it."""
 
     mean: tuple[float, float, float] | None = IMAGENET_MEAN  # on the 0..1 scale, as torchvision
     std: tuple[float, float, float] | None = IMAGENET_STD
     dtype: torch.dtype | None = None  # float32 when None (uint8 when mean is None)
     channels_last: bool = True
-    device: str = "cpu"
+    device: str | None = None
+
+    def __post_init__(self):
+        set_ = object.__setattr__  # frozen: normalize the fields once, here
+        if self.device is not None:
+            set_(self, "device", str(torch.device(self.device)))
+        if self.mean is None:
+            if self.dtype not in (None, torch.uint8):
+                raise ValueError("mean=None gives uint8 images; leave dtype unset or pass torch.uint8")
+            set_(self, "std", None)
+            set_(self, "dtype", torch.uint8)
+            return
+        if self.std is None:
+            raise ValueError("std is required when mean is given")
+        mean, std = tuple(float(m) for m in self.mean), tuple(float(s) for s in self.std)
+        if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
+            raise ValueError(f"mean and std need 3 values each, std > 0; got {mean}, {std}")
+        dtype = torch.float32 if self.dtype is None else self.dtype
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating point torch.dtype with mean/std, got {dtype}")
+        set_(self, "mean", mean)
+        set_(self, "std", std)
+        set_(self, "dtype", dtype)
 
     @property
     def on_cuda(self) -> bool:
-        return self.device.startswith("cuda")
+        return self.device is not None and self.device.startswith("cuda")
 
 
 @dataclass(frozen=True)
@@ -41,7 +78,8 @@ class LoaderConfig:
     seed: int = 0
     num_threads: int = 1
     prefetch: int = 2
-    decoder: DecoderName = DecoderName.NVIMGCODEC
+    engine: Engine = Engine.THREADS
+    decoder: str | None = "nvimgcodec"   # the thread engine's decoder (its registered name); None otherwise
     on_error: OnError = OnError.RAISE
     augment: AugmentSpec = AugmentSpec()
     output: OutputSpec = OutputSpec()
@@ -54,8 +92,14 @@ class LoaderConfig:
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the fields once, here
         set_(self, "order", Order.parse(self.order, "order"))
-        set_(self, "decoder", DecoderName.parse(self.decoder, "decoder"))
+        set_(self, "engine", Engine.parse(self.engine, "engine"))
         set_(self, "on_error", OnError.parse(self.on_error, "on_error"))
+        if self.engine is Engine.AUTO:
+            raise ValueError("LoaderConfig takes a resolved engine (threads, dali or gpu), not 'auto'")
+        if (self.engine is Engine.THREADS) != isinstance(self.decoder, str):
+            raise ValueError(f"engine={self.engine.value!r} with decoder={self.decoder!r}: the thread engine "
+                             "names its decoder, dali and gpu have none")
+        set_(self, "output", replace(self.output, device=resolve_device(self.output.device)))
         for name in ("batch_size", "num_threads"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -68,12 +112,7 @@ class LoaderConfig:
                              f"got {self.quasi_random!r}")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank {self.rank} is not in 0..{self.world_size - 1}")
-
-    @property
-    def shuffle(self) -> bool:
-        return self.order is not Order.SEQUENTIAL
+        check_position(self.rank, self.world_size)
 
 
 def usable_cores() -> int:
@@ -87,13 +126,18 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def choose_order(shuffle: bool, order) -> Order:
-    """``order`` when given, else DataLoader's meaning of ``shuffle``."""
+def choose_order(shuffle: bool | None, order) -> Order:
+    """DataLoader's ``shuffle`` (random or sequential), unless ``order`` is given: then
+    ``order`` decides, and ``shuffle``, if given too, must agree with it (True for random
+    and quasi-random, False for sequential)."""
     if order is None:
         return Order.RANDOM if shuffle else Order.SEQUENTIAL
     order = Order.parse(order, "order")
-    if not shuffle and order is not Order.SEQUENTIAL:
-        raise ValueError(f"order={order.value!r} shuffles; pass shuffle=True with it (or leave order unset)")
+    shuffles = order is not Order.SEQUENTIAL
+    if shuffle is not None and bool(shuffle) != shuffles:
+        raise ValueError(f"shuffle={shuffle!r} and order={order.value!r} disagree: order= decides the order "
+                         f"(and {order.value!r} {'shuffles' if shuffles else 'does not shuffle'}); leave "
+                         f"shuffle unset or pass shuffle={shuffles}")
     return order
 
 
@@ -117,25 +161,59 @@ def choose_pinning(pin_memory) -> bool:
     return True
 
 
-def build_output(mean, std, dtype, channels_last: bool, device) -> OutputSpec:
+def augment_spec(augment: AugmentSpec | None, **loose) -> AugmentSpec:
+    """``augment=AugmentSpec(...)``, or one built from the loose keywords (size, train, scale,
+    ratio, crop_fraction, flip): one way or the other, not both."""
+    named = {k: tuple(v) if k in ("scale", "ratio") else v for k, v in loose.items() if v is not UNSET}
+    return _one_way("augment", AugmentSpec, augment, named)
+
+
+def output_spec(output: OutputSpec | None, device=None, **loose) -> OutputSpec:
+    """``output=OutputSpec(...)``, or one built from the loose keywords (mean, std, dtype,
+    channels_last), with ``device`` (given here or in the spec, not two different ones)."""
+    spec = _one_way("output", OutputSpec, output, {k: v for k, v in loose.items() if v is not UNSET})
+    if device is not None:
+        device = str(torch.device(device))
+        if spec.device is not None and spec.device != device:
+            raise ValueError(f"device={device!r} and output=OutputSpec(device={spec.device!r}) disagree; "
+                             "give the device once")
+        spec = replace(spec, device=device)
+    return replace(spec, device=resolve_device(spec.device))
+
+
+def _one_way(option: str, kind: type, given, named: dict):
+    if given is None:
+        return kind(**named)
+    if not isinstance(given, kind):
+        raise TypeError(f"{option}= takes a {kind.__name__}, got {type(given).__name__}")
+    if named:
+        raise ValueError(f"{option}={kind.__name__}(...) and the keywords {', '.join(sorted(named))} are both "
+                         f"given: pass the {option} options one way, inside {kind.__name__} or as keywords")
+    return given
+
+
+def resolve_device(device) -> str:
+    """A concrete device: ``device``, else CUDA when usable; "cuda" names its index."""
     device = str(torch.device(device if device is not None else default_device()))
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise BackendUnavailable(f"device={device!r} but CUDA is not available; use device='cpu'")
     if device == "cuda":
         device = f"cuda:{torch.cuda.current_device()}"
-    if mean is None:
-        if dtype not in (None, torch.uint8):
-            raise ValueError("mean=None gives uint8 images; leave dtype unset or pass torch.uint8")
-        return OutputSpec(None, None, torch.uint8, channels_last, device)
-    if std is None:
-        raise ValueError("std is required when mean is given")
-    mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
-    if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
-        raise ValueError(f"mean and std need 3 values each, std > 0; got {mean}, {std}")
-    dtype = dtype or torch.float32
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating point torch.dtype with mean/std, got {dtype}")
-    return OutputSpec(mean, std, dtype, channels_last, device)
+    return device
+
+
+def check_position(rank, world_size) -> tuple[int, int]:
+    """(rank, world_size) as ints, or a ValueError saying what is wrong."""
+    for name, value in (("rank", rank), ("world_size", world_size)):
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise ValueError(f"{name} must be an int, got {value!r}")
+    rank, world_size = operator.index(rank), operator.index(world_size)
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1 (the number of ranks), got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in 0..{world_size - 1} (world_size={world_size}): each of the "
+                         "world_size ranks passes its own rank, 0 to world_size - 1")
+    return rank, world_size
 
 
 def distributed_position(rank, world_size) -> tuple[int, int]:
@@ -146,8 +224,9 @@ def distributed_position(rank, world_size) -> tuple[int, int]:
         return 0, 1
     if rank is None or world_size is None:
         raise ValueError("give both rank and world_size, or neither")
-    return int(rank), int(world_size)
+    return check_position(rank, world_size)
 
 
-__all__ = ["LoaderConfig", "OutputSpec", "build_output", "choose_order", "choose_threads", "choose_pinning",
-           "distributed_position", "usable_cores", "default_device", "IMAGENET_MEAN", "IMAGENET_STD"]
+__all__ = ["LoaderConfig", "OutputSpec", "UNSET", "augment_spec", "output_spec", "choose_order", "choose_threads",
+           "choose_pinning", "check_position", "distributed_position", "resolve_device", "usable_cores",
+           "default_device", "IMAGENET_MEAN", "IMAGENET_STD"]

@@ -16,13 +16,15 @@ from typing import Iterator
 import torch
 
 from .augment import AugmentSpec
-from .choices import Order
-from .config import (IMAGENET_MEAN, IMAGENET_STD, LoaderConfig, build_output, choose_order, choose_pinning,
-                     choose_threads, distributed_position)
+from .choices import Engine, Order
+from .config import (UNSET, LoaderConfig, OutputSpec, augment_spec, choose_order, choose_pinning, choose_threads,
+                     distributed_position, output_spec)
 from .decoders.base import Decoder
+from .memory import check_buffers_fit
 from .order import batch_count
 from .plan import EpochPlan
-from .sources import make_source, resolve_decoder_name
+from .selection import resolve_engine_and_decoder
+from .sources import make_source
 from .stats import LoaderStats
 from .stores import Store, open_dataset
 
@@ -45,47 +47,54 @@ class FeedLoader:
     (uint8 when ``mean=None``), in ``dtype`` and channels_last memory, on ``device``;
     labels int64 on ``device``.
 
-    ``decoder`` is a name ("auto", "nvimgcodec", "turbojpeg", "opencv", "pil", "dali",
-    "gpu") or a Decoder instance. Order, crops and flips are pure functions of (seed, epoch,
-    index): the same batches for any thread count or decoder, and ``state_dict()`` resumes
-    mid-epoch exactly. ``order`` ("sequential", "random", "quasi-random") overrides
-    ``shuffle``; ``even_shards=False`` gives each rank its exact share (evaluation).
+    ``source``: a packed .lmdb/.h5 file, shards, an image folder, or an open Store.
+    ``engine``: "threads" (per-image decoders on CPU threads), "dali", "gpu" (nvImageCodec
+    on the GPU) or "auto" (dali on CUDA when DALI is installed, else threads). ``decoder``:
+    the thread engine's codec, a registered name ("auto", "nvimgcodec", "turbojpeg",
+    "simplejpeg", "opencv", "pil", or yours: feedline.decoders.register_decoder) or a Decoder.
+    ``augment=AugmentSpec(...)`` or its loose keywords (size, train, scale, ratio,
+    crop_fraction, flip), ``output=OutputSpec(...)`` or its (mean, std, dtype,
+    channels_last): each group one way. ``order`` ("sequential", "random", "quasi-random")
+    decides the order when given; ``shuffle`` may then be left out or must agree with it.
+    Order, crops and flips are pure functions of (seed, epoch, index): the same batches for
+    any thread count or engine; ``state_dict()`` resumes mid-epoch exactly. One iteration
+    runs at a time: a new ``iter(loader)`` ends the previous one, which then raises.
     """
 
-    def __init__(self, source: str | os.PathLike | Store, batch_size: int = 256, shuffle: bool = False,
-                 train: bool = True, size: int | tuple[int, int] = 224, *, decoder: str | Decoder = "auto",
-                 num_threads: int | str = "auto", device: str | torch.device | None = None,
-                 dtype: torch.dtype | None = None, channels_last: bool = True, drop_last: bool = False,
-                 seed: int = 0, mean=IMAGENET_MEAN, std=IMAGENET_STD, scale=(0.08, 1.0),
-                 ratio=(3 / 4, 4 / 3), crop_fraction: float = 0.875, flip: bool = True,
-                 prefetch: int = 2, on_error: str = "raise", order: str | Order | None = None,
+    def __init__(self, source: str | os.PathLike | Store, batch_size: int = 256, shuffle: bool | None = None,
+                 train: bool = UNSET, size: int | tuple[int, int] = UNSET, *, engine: str | Engine = "auto",
+                 decoder: str | Decoder = "auto", augment: AugmentSpec | None = None,
+                 output: OutputSpec | None = None, num_threads: int | str = "auto",
+                 device: str | torch.device | None = None, dtype: torch.dtype | None = UNSET,
+                 channels_last: bool = UNSET, drop_last: bool = False, seed: int = 0, mean=UNSET, std=UNSET,
+                 scale=UNSET, ratio=UNSET, crop_fraction: float = UNSET, flip: bool = UNSET, prefetch: int = 2,
+                 on_error: str = "raise", order: str | Order | None = None,
                  quasi_random: tuple[int, int] = (16, 256), even_shards: bool = True,
                  rank: int | None = None, world_size: int | None = None,
                  num_workers: int | None = None, pin_memory: bool | None = None,
                  persistent_workers: bool | None = None):
-        # DataLoader's persistent_workers needs nothing: the buffers persist anyway.
-        del persistent_workers
-        self.store = source if isinstance(source, Store) else open_dataset(source)
+        del persistent_workers  # DataLoader's: needs nothing here, the buffers persist anyway
+        self.store = open_source(source)
         if len(self.store) == 0:
             raise ValueError(f"{self.store.filename}: the data set is empty")
         rank, world_size = distributed_position(rank, world_size)
-        output = build_output(mean, std, dtype, channels_last, device)
-        instance = decoder if isinstance(decoder, Decoder) else None  # e.g. get_decoder("turbojpeg", fast_dct=True)
+        output = output_spec(output, device, mean=mean, std=std, dtype=dtype, channels_last=channels_last)
+        augment = augment_spec(augment, size=size, train=train, scale=scale, ratio=ratio,
+                               crop_fraction=crop_fraction, flip=flip)
+        chosen = resolve_engine_and_decoder(engine, decoder, output.device, self.store)
         self.config = LoaderConfig(
             batch_size=batch_size, order=choose_order(shuffle, order), drop_last=drop_last, seed=seed,
-            num_threads=choose_threads(num_threads, num_workers), prefetch=prefetch,
-            decoder=resolve_decoder_name(instance.name if instance else decoder, output.device),
-            on_error=on_error, output=output, rank=rank, world_size=world_size, even_shards=even_shards,
-            quasi_random=tuple(quasi_random), pin_memory=choose_pinning(pin_memory),
-            augment=AugmentSpec(size=size, train=train, scale=tuple(scale), ratio=tuple(ratio),
-                                crop_fraction=crop_fraction, flip=flip))
+            num_threads=choose_threads(num_threads, num_workers), prefetch=prefetch, engine=chosen.engine,
+            decoder=chosen.decoder_name, on_error=on_error, output=output, rank=rank, world_size=world_size,
+            even_shards=even_shards, quasi_random=tuple(quasi_random), pin_memory=choose_pinning(pin_memory),
+            augment=augment)
         if self.config.order is Order.QUASI_RANDOM:
             warn_if_class_sorted(self.store, self.config.quasi_random)
-        self.source = make_source(self.store, self.config, instance)
+        check_buffers_fit(self.config)
+        self.source = make_source(self.store, self.config, chosen.decoder)
         self.stats = LoaderStats()
-        self._position = Position()
-        self._started = False  # an iteration of self._position.epoch has begun
-        self._active = None    # the running iterator, held weakly; closed on close() or a new iteration
+        self._position, self._started = Position(), False  # _started: an iteration of this epoch has begun
+        self._active = None  # the running iterator, held weakly; ended on close() or a new iteration
 
     # -- DataLoader-like surface -----------------------------------------------------
     @property
@@ -122,7 +131,7 @@ class FeedLoader:
         epoch = EpochPlan(c.augment, c.seed, self._position.epoch, c.order, c.batch_size, c.drop_last,
                           c.rank, c.world_size, c.even_shards, *c.quasi_random)
         self.stats = LoaderStats()
-        iterator = self._deliver(epoch)
+        iterator = EpochIterator(self._deliver(epoch))
         # Held weakly: an iterator the caller drops is finalized at once, and closing it
         # stops the source's work, so a ``break`` leaks nothing.
         self._active = weakref.ref(iterator)
@@ -156,19 +165,19 @@ class FeedLoader:
 
     def load_state_dict(self, state: dict) -> None:
         position = position_from_state(state, fingerprint(self.config, len(self.store)))
-        self._close_active()
+        self._close_active("load_state_dict() moved the loader")
         self._position, self._started = position, False
 
     # -- lifetime --------------------------------------------------------------------
-    def _close_active(self) -> None:
+    def _close_active(self, why: str = "a second iter(loader) started a new iteration") -> None:
         iterator = self._active() if self._active is not None else None
         if iterator is not None:
-            iterator.close()
+            iterator.retire(why)
         self._active = None
 
     def close(self) -> None:
         """Stop the running iteration and release the source's threads and buffers."""
-        self._close_active()
+        self._close_active("the loader was closed")
         self.source.close()
 
     def __enter__(self) -> "FeedLoader":
@@ -179,8 +188,49 @@ class FeedLoader:
 
     def __repr__(self) -> str:
         c = self.config
-        return (f"FeedLoader({self.store.filename!r}, batch_size={c.batch_size}, decoder={c.decoder.value!r}, "
-                f"threads={c.num_threads}, device={c.output.device!r}, {len(self)} batches/epoch)")
+        decoder = f", decoder={c.decoder!r}" if c.decoder is not None else ""
+        return (f"FeedLoader({self.store.filename!r}, batch_size={c.batch_size}, engine={c.engine.value!r}"
+                f"{decoder}, threads={c.num_threads}, device={c.output.device!r}, {len(self)} batches/epoch)")
+
+
+class EpochIterator:
+    """One iteration's batches. Once the loader starts another iteration (or is closed,
+    or loads a state), this one is stale: using it raises instead of ending silently."""
+
+    def __init__(self, batches):
+        self._batches, self._stale = batches, None
+
+    def __iter__(self) -> "EpochIterator":
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._stale is not None:
+            raise RuntimeError(f"this FeedLoader iterator was ended: {self._stale}. A FeedLoader runs one "
+                               "iteration at a time; take the batches from the newest iter(loader)")
+        return next(self._batches)
+
+    def retire(self, why: str) -> None:
+        self._stale = why
+        self.close()
+
+    def close(self) -> None:
+        self._batches.close()
+
+
+def open_source(source) -> Store:
+    """The store FeedLoader reads; a TypeError that says what it takes for anything else."""
+    if isinstance(source, Store):
+        return source
+    paths = isinstance(source, (list, tuple)) and source and all(isinstance(p, (str, os.PathLike)) for p in source)
+    if isinstance(source, (str, os.PathLike)) or paths:
+        return open_dataset(source)
+    kind = type(source).__name__
+    hint = (" (a map-style dataset, such as a torch Dataset, is not read directly)"
+            if hasattr(source, "__getitem__") and hasattr(source, "__len__") else "")
+    raise TypeError(f"FeedLoader reads packed images: a .lmdb or .h5 file, a shard index, glob or list of "
+                    f"shards, an image folder, or an open Store; got a {kind}{hint}. Pack your images first: "
+                    "`feedline pack IMAGE_FOLDER OUT.lmdb` (one folder per class, or --labels CSV), then "
+                    "FeedLoader('OUT.lmdb', ...)")
 
 
 def fingerprint(config: LoaderConfig, samples: int) -> dict:

@@ -105,8 +105,8 @@ def verify(dataset: Store | str | os.PathLike | list, decoder: str | Decoder = "
     shard index, a glob or a list of shards; opened and closed here).
 
     ``on_progress(done, total)`` is called from the calling thread as records finish.
-    ``decoder`` is a registered backend's name (used in its strict mode, if it has one)
-    or a Decoder instance (used as it is); ``mode="checksums"`` decodes nothing.
+    ``decoder`` is a registered decoder's name, yours included (used in its strict mode,
+    if it has one), or a Decoder instance (used as it is); ``mode="checksums"`` decodes nothing.
     A file that exists but will not open is a failed result, not an exception; a
     missing path or decoder, or checksums asked of an image folder, raise as usual.
     """
@@ -116,7 +116,7 @@ def verify(dataset: Store | str | os.PathLike | list, decoder: str | Decoder = "
     mode = VerifyMode(mode)
     dec = None
     if mode is VerifyMode.FULL:
-        dec = strict_decoder(decoder) if isinstance(decoder, str) else decoder
+        dec = strict_decoder(decoder)
     if isinstance(dataset, Store):
         return _verify(dataset, dec, jobs, on_progress, mode)
     if isinstance(dataset, (str, os.PathLike)):
@@ -136,17 +136,13 @@ def verify(dataset: Store | str | os.PathLike | list, decoder: str | Decoder = "
         return _verify(store, dec, jobs, on_progress, mode)
 
 
-def strict_decoder(name: str) -> Decoder:
-    """The backend ``name`` ("auto" included), in strict mode where it has one: damaged
-    data (a JPEG cut short, corrupt entropy data) is then an error, not a warning and a
-    part-gray image."""
-    from .decoders import get_decoder
-    dec = get_decoder(name)
-    if getattr(dec, "strict", None) is False:
-        return get_decoder(dec.name, strict=True)
-    if not getattr(dec, "strict", False):
-        log.info("decoder %r has no strict mode: damaged image data may pass as decoded", dec.name)
-    return dec
+def strict_decoder(decoder: str | Decoder) -> Decoder:
+    """The decoder ``decoder`` names ("auto" included), in strict mode where it has one:
+    damaged data (a JPEG cut short, corrupt entropy data) is then an error, not a warning
+    and a part-gray image. A Decoder instance is used as it is. The choice of "auto" is
+    logged at DEBUG: the summary line names the decoder."""
+    from .selection import thread_decoder
+    return thread_decoder(decoder, strict=True, log_level=logging.DEBUG)
 
 
 def _verify(store: Store, dec: Decoder | None, jobs: int, on_progress, mode: VerifyMode) -> VerifyResult:

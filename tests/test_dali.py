@@ -57,7 +57,7 @@ def corrupt_store(folder, tmp_path):
 
 def dali_batches(store, output=OutputSpec(), spec=AugmentSpec(size=SIZE), **kw):
     from feedline.sources.dali import DaliBatches
-    config = LoaderConfig(batch_size=5, order=Order.RANDOM, seed=3, num_threads=2, decoder="dali",
+    config = LoaderConfig(batch_size=5, order=Order.RANDOM, seed=3, num_threads=2, engine="dali", decoder=None,
                           augment=spec, output=output, **kw)
     return DaliBatches(store, config)
 

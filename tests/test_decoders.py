@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from feedline import decoders
-from feedline.decoders import available_decoders, get_decoder, missing_library_reason, resolve_decoder
+from feedline import selection
+from feedline.decoders import available_decoders, decoder_names, get_decoder, missing_library_reason
 from feedline.decoders.base import Box, choose_scale, crop_scaled, is_jpeg, resize_into, resize_scaled_into
 from feedline.errors import BackendUnavailable, DecodeError
 from feedline.sample import make_image, make_photo_folder, photo_paths
@@ -320,15 +320,15 @@ def test_resize_into_flips_in_place():
 # -- registry ------------------------------------------------------------------------
 
 def test_names_and_classes():
-    assert decoders.NAMES == ("auto", "nvimgcodec", "turbojpeg", "opencv", "pil", "dali")
-    assert set(available_decoders()) == {"nvimgcodec", "turbojpeg", "opencv", "pil", "dali"}
-    for name in BACKENDS:
+    assert decoder_names()[:5] == ("nvimgcodec", "turbojpeg", "simplejpeg", "opencv", "pil")
+    assert set(available_decoders()) == set(decoder_names())
+    for name in [*BACKENDS, "simplejpeg"]:
         assert get_decoder(name).name == name
 
 
 def test_auto_prefers_nvimgcodec_strict_and_logs_once(caplog, monkeypatch):
-    monkeypatch.setattr(decoders, "_logged", set())
-    with caplog.at_level(logging.INFO, logger="feedline.decoders"):
+    monkeypatch.setattr(selection, "_logged", set())
+    with caplog.at_level(logging.INFO, logger="feedline.selection"):
         first = get_decoder("auto")
         assert get_decoder("auto").name == first.name == "nvimgcodec"
     assert first.strict
@@ -336,24 +336,15 @@ def test_auto_prefers_nvimgcodec_strict_and_logs_once(caplog, monkeypatch):
     assert "NvimgcodecDecoder(strict=True" in record.getMessage()   # the log says which one, and how
 
 
-def test_resolve_decoder():
-    cpu = "nvimgcodec"
-    assert resolve_decoder("auto", "cpu") == cpu
-    assert resolve_decoder("auto", "cuda:0") == ("dali" if _usable("dali") else cpu)
-    assert resolve_decoder("opencv", "cuda") == "opencv"
-    if _usable("dali"):  # off CUDA, DALI runs its CPU-only pipeline
-        assert resolve_decoder("dali", "cpu") == "dali"
+def test_unknown_name_lists_the_known_ones():
+    with pytest.raises(ValueError, match="auto, nvimgcodec, turbojpeg, simplejpeg, opencv, pil"):
+        get_decoder("libjpeg")
 
 
-@pytest.mark.parametrize("call", [get_decoder, lambda name: resolve_decoder(name, "cpu")])
-def test_unknown_name_lists_the_known_ones(call):
-    with pytest.raises(ValueError, match="auto, nvimgcodec, turbojpeg, opencv, pil, dali"):
-        call("libjpeg")
-
-
-def test_dali_is_not_a_per_image_decoder():
-    with pytest.raises(ValueError, match=r"FeedLoader\(.*decoder='dali'\)"):
-        get_decoder("dali")
+@pytest.mark.parametrize("engine", ["dali", "gpu"])
+def test_engines_are_not_per_image_decoders(engine):
+    with pytest.raises(ValueError, match=rf"an engine.*FeedLoader\(\.\.\., engine='{engine}'\)"):
+        get_decoder(engine)
 
 
 def test_options_reach_the_backend():
@@ -380,15 +371,15 @@ def test_libturbojpeg_not_found_says_what_to_install(monkeypatch, caplog):
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
     monkeypatch.setattr(turbojpeg, "DEFAULT_LIB_PATHS", {})
     monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
-    monkeypatch.setattr(decoders, "_logged", set())
+    monkeypatch.setattr(selection, "_logged", set())
     with pytest.raises(BackendUnavailable, match=f"^libturbojpeg not found: {re.escape(LIB_INSTALL)}$"):
         TurbojpegDecoder()
     assert available_decoders()["turbojpeg"] == f"libturbojpeg not found: {LIB_INSTALL}"
     with pytest.raises(BackendUnavailable, match="decoder 'turbojpeg' is unavailable: libturbojpeg not found"):
         get_decoder("turbojpeg")
-    monkeypatch.setattr(decoders, "_CPU_PREFERENCE", ("turbojpeg", "opencv", "pil"))
-    with caplog.at_level(logging.INFO, logger="feedline.decoders"):
-        assert resolve_decoder("auto", "cpu") == "opencv"
+    monkeypatch.setattr(selection, "AUTO_PREFERENCE", ("turbojpeg", "simplejpeg"))
+    with caplog.at_level(logging.INFO, logger="feedline.selection"):
+        assert get_decoder("auto").name == "simplejpeg"
     [record] = [r for r in caplog.records if "'auto'" in r.getMessage()]
     assert record.levelno == logging.WARNING and "libturbojpeg not found" in record.getMessage()
     with pytest.raises(BackendUnavailable, match="cannot be used"):

@@ -176,12 +176,12 @@ def test_dali_mixed_decode_equals_pil_batch_after_batch(records, hw_load):
 
 
 # -- through FeedLoader: crops, flips, normalization, on a busy consumer stream --------------
-@pytest.mark.parametrize("decoder", [pytest.param("dali", marks=pytest.mark.dali), "gpu"])
-def test_gpu_sources_match_pil_batch_after_batch_on_a_busy_stream(packed_photos, records, decoder):
-    """FeedLoader(decoder=...) on CUDA: every batch, image by image, equals PIL doing the
+@pytest.mark.parametrize("engine", [pytest.param("dali", marks=pytest.mark.dali), "gpu"])
+def test_gpu_sources_match_pil_batch_after_batch_on_a_busy_stream(packed_photos, records, engine):
+    """FeedLoader(engine=...) on CUDA: every batch, image by image, equals PIL doing the
     plan's crop by hand; freed victim tensors are never written by the decode."""
     loader = feedline.FeedLoader(packed_photos, batch_size=BATCH, shuffle=True, train=True, size=SIZE,
-                                 decoder=decoder, num_threads=4, device="cuda", dtype=torch.float32, seed=3)
+                                 engine=engine, num_threads=4, device="cuda", dtype=torch.float32, seed=3)
     c = loader.config
     plans = list(EpochPlan(c.augment, c.seed, 0, c.order, c.batch_size, c.drop_last, c.rank, c.world_size,
                            c.even_shards).batches(loader.store.labels, loader.store.sizes))
@@ -221,4 +221,4 @@ def test_gpu_sources_match_pil_batch_after_batch_on_a_busy_stream(packed_photos,
             mean, band = differences(images[k].permute(1, 2, 0).numpy(), want)
             if mean > IMAGE_TOL or band > BAND_TOL:
                 bad.append((plan.number, index, round(mean, 3), round(band, 3)))
-    assert not bad, f"decoder={decoder!r}: (batch, record, mean, worst band) off the PIL crop: {bad[:10]}"
+    assert not bad, f"engine={engine!r}: (batch, record, mean, worst band) off the PIL crop: {bad[:10]}"

@@ -244,7 +244,7 @@ def test_bad_arguments_are_refused(packed_lmdb):
 @pytest.mark.dali
 def test_dali_cpu_pipeline_matches_the_turbojpeg_path(source):
     kwargs = dict(batch_size=8, shuffle=True, size=48, num_threads=2, device="cpu", seed=2)
-    with FeedLoader(source, decoder="dali", **kwargs) as dali, \
+    with FeedLoader(source, engine="dali", **kwargs) as dali, \
             FeedLoader(source, decoder="turbojpeg", **kwargs) as turbo:
         for epoch in (0, 1):
             dali.set_epoch(epoch)
@@ -295,3 +295,57 @@ def test_uneven_shards_visit_each_record_once(packed_lmdb, world):
         shares.append(set(indices.tolist()))
     assert sum(len(s) for s in shares) == 48 and set().union(*shares) == set(range(48))
     assert max(map(len, shares)) - min(map(len, shares)) <= 1
+
+
+# -- DataLoader habits (issue 23) --------------------------------------------------------------
+
+class JpegFolderDataset(torch.utils.data.Dataset):
+    """A map-style Dataset of an image folder, as one is written for DataLoader."""
+
+    def __init__(self, root):
+        self.paths = sorted(root.rglob("*.jpg"))
+        classes = sorted({p.parent.name for p in self.paths})
+        self.labels = [classes.index(p.parent.name) for p in self.paths]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        return torch.from_numpy(np.array(Image.open(self.paths[i]).convert("RGB"))), self.labels[i]
+
+
+def test_a_torch_dataset_is_refused_with_what_feedloader_takes(photo_folder):
+    dataset = JpegFolderDataset(photo_folder)
+    assert len(dataset) == 48 and dataset[0][0].ndim == 3
+    with pytest.raises(TypeError, match=r"FeedLoader reads packed images: .* got a JpegFolderDataset \(a "
+                                        r"map-style dataset, such as a torch Dataset, is not read directly\)\. "
+                                        r"Pack your images first: `feedline pack IMAGE_FOLDER OUT\.lmdb`"):
+        FeedLoader(dataset, batch_size=4, device="cpu")
+    with pytest.raises(TypeError, match="got a int"):
+        FeedLoader(3, device="cpu")
+
+
+def test_a_stale_iterator_raises_instead_of_ending_silently(packed_lmdb):
+    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=32, num_threads=2, device="cpu", decoder="opencv")
+    first = iter(loader)
+    next(first)
+    second = iter(loader)
+    with pytest.raises(RuntimeError, match=r"ended: a second iter\(loader\) started a new iteration.*newest"):
+        next(first)
+    assert next(second)[0].shape == (8, 3, 32, 32)
+    loader.load_state_dict(loader.state_dict())
+    with pytest.raises(RuntimeError, match=r"ended: load_state_dict\(\) moved the loader"):
+        next(second)
+    third = iter(loader)
+    next(third)
+    loader.close()
+    with pytest.raises(RuntimeError, match="ended: the loader was closed"):
+        next(third)
+    assert decode_threads() == []
+
+
+def test_a_batch_too_large_for_memory_says_what_it_needs(packed_lmdb):
+    with pytest.raises(MemoryError, match=r"batch_size=1000000 at 224x224: the batch buffers need about "
+                                          r"[\d,.]+ GiB of memory \(4 uint8 batches of 140\.19 GiB for "
+                                          r"prefetch=2, and the batch delivered\), but [\d,.]+ GiB is available"):
+        FeedLoader(str(packed_lmdb), batch_size=10**6, device="cpu")

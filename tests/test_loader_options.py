@@ -10,7 +10,7 @@ from loader_helpers import small
 from storefiles import make_records, write_lmdb
 
 from feedline import FeedLoader
-from feedline.choices import DecoderName, OnError, Order
+from feedline.choices import Engine, OnError, Order
 from feedline.errors import BackendUnavailable
 
 
@@ -20,7 +20,7 @@ def test_defaults_are_the_documented_ones(packed_lmdb):
                                                                         False)
     assert (c.prefetch, c.rank, c.world_size, c.even_shards, c.pin_memory) == (2, 0, 1, True, False)
     assert c.augment.train and c.augment.size == (224, 224) and c.augment.flip
-    assert c.decoder not in (DecoderName.AUTO, DecoderName.DALI, DecoderName.GPU)  # a CPU decoder, resolved
+    assert c.engine is Engine.THREADS and c.decoder not in ("auto", None)  # a CPU decoder, resolved
 
 
 def test_num_workers_sets_the_threads_unless_they_are_given(packed_lmdb):
@@ -34,13 +34,15 @@ def test_prefetch_sizes_the_ring(packed_lmdb):
     assert small(packed_lmdb, prefetch=4).source.ring.slots == 6
 
 
-def test_order_overrides_shuffle_and_must_agree_with_it(packed_lmdb):
-    loader = small(packed_lmdb, shuffle=True, order="sequential", batch_size=48)
+def test_order_decides_and_shuffle_must_agree_with_it(packed_lmdb):
+    loader = small(packed_lmdb, shuffle=None, order="sequential", batch_size=48)
     [(_, labels)] = list(loader)
     assert labels.tolist() == loader.store.labels.tolist()   # the records' own order
     assert small(packed_lmdb, order="quasi-random").config.order is Order.QUASI_RANDOM
-    with pytest.raises(ValueError, match="shuffle=True"):
+    with pytest.raises(ValueError, match="shuffle=False and order='random' disagree.*pass shuffle=True"):
         small(packed_lmdb, shuffle=False, order="random")
+    with pytest.raises(ValueError, match="shuffle=True and order='sequential' disagree.*pass shuffle=False"):
+        small(packed_lmdb, shuffle=True, order="sequential")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error given where CUDA is missing")
@@ -49,9 +51,9 @@ def test_a_cuda_device_without_cuda_is_a_clear_error(packed_lmdb):
         small(packed_lmdb, device="cuda")
 
 
-def test_the_gpu_decoder_on_a_cpu_device_is_a_clear_error(packed_lmdb):
-    with pytest.raises(BackendUnavailable, match="decoder='gpu' decodes on a CUDA device"):
-        small(packed_lmdb, decoder="gpu", device="cpu")
+def test_the_gpu_engine_on_a_cpu_device_is_a_clear_error(packed_lmdb):
+    with pytest.raises(BackendUnavailable, match="engine='gpu' decodes on a CUDA device"):
+        small(packed_lmdb, engine="gpu", decoder="auto", device="cpu")
 
 
 def test_one_record_loads_and_no_record_is_a_clear_error(tmp_path):
@@ -64,8 +66,8 @@ def test_one_record_loads_and_no_record_is_a_clear_error(tmp_path):
 
 def test_repr_says_what_the_loader_reads_and_how(packed_lmdb):
     loader = small(packed_lmdb, batch_size=16)
-    assert repr(loader) == (f"FeedLoader({loader.store.filename!r}, batch_size=16, decoder='opencv', threads=2, "
-                            "device='cpu', 3 batches/epoch)")
+    assert repr(loader) == (f"FeedLoader({loader.store.filename!r}, batch_size=16, engine='threads', decoder='opencv', "
+                            "threads=2, device='cpu', 3 batches/epoch)")
 
 
 def test_stats_count_the_epoch_and_the_consumers_wait(packed_lmdb):

@@ -241,7 +241,7 @@ def first_good_substitute(index: int, epoch: int, damaged: set[int]) -> int | No
 
 
 # The thread source and DALI (CPU operators here) share the substitute rule and the ledger.
-DECODERS = ["auto", pytest.param("dali", marks=pytest.mark.dali)]
+ENGINES = ["auto", pytest.param("dali", marks=pytest.mark.dali)]
 
 
 def test_a_substituted_record_carries_the_substitutes_label_and_pixels(store_path, oracle, tmp_path, caplog):
@@ -319,8 +319,8 @@ def test_resume_mid_epoch_yields_exactly_the_remaining_batches(store_path):
         assert torch.equal(y, ry) and torch.equal(x, rx)
 
 
-@pytest.mark.parametrize("decoder", DECODERS)
-def test_a_substitute_that_is_bad_too_gives_way_to_the_next_attempt(store_path, oracle, tmp_path, decoder):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_substitute_that_is_bad_too_gives_way_to_the_next_attempt(store_path, oracle, tmp_path, engine):
     epoch = 2
     # a bad record whose first substitute is bad too, and whose second is a third record
     bad = next(b for b in range(N) if oracles.substitute_index(SEED, epoch, b, 1, N)
@@ -328,7 +328,7 @@ def test_a_substitute_that_is_bad_too_gives_way_to_the_next_attempt(store_path, 
     also_bad = oracles.substitute_index(SEED, epoch, bad, 0, N)
     damaged = str(tmp_path / ("damaged" + os.path.splitext(store_path)[1]))
     damage_record(store_path, damaged, bad, also_bad)
-    loader = loader_for(damaged, on_error="substitute", batch_size=4, decoder=decoder)
+    loader = loader_for(damaged, on_error="substitute", batch_size=4, engine=engine)
     got = samples(loader, epoch)
     assert len(got) == N
     records = {r.index: r for r in loader.stats.bad_records}
@@ -342,11 +342,11 @@ def test_a_substitute_that_is_bad_too_gives_way_to_the_next_attempt(store_path, 
         assert difference(image, oracle.train(want, epoch)) < CLOSE_AT_WORST
 
 
-@pytest.mark.parametrize("decoder", DECODERS)
-def test_no_good_substitute_raises_naming_the_bad_record(store_path, tmp_path, decoder):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_no_good_substitute_raises_naming_the_bad_record(store_path, tmp_path, engine):
     damaged = str(tmp_path / ("damaged" + os.path.splitext(store_path)[1]))
     damage_record(store_path, damaged, *range(N))
-    loader = loader_for(damaged, on_error="substitute", batch_size=4, decoder=decoder)
+    loader = loader_for(damaged, on_error="substitute", batch_size=4, engine=engine)
     with pytest.raises(Exception) as info:
         samples(loader, 0)
     error = info.value
@@ -356,13 +356,13 @@ def test_no_good_substitute_raises_naming_the_bad_record(store_path, tmp_path, d
                for r in loader.stats.bad_records)
 
 
-@pytest.mark.parametrize("decoder", DECODERS)
-def test_stopping_an_epoch_early_stops_its_work(store_path, tmp_path, decoder):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_stopping_an_epoch_early_stops_its_work(store_path, tmp_path, engine):
     """Closing the iterator after the first batch stops the source: the bad record of the
     last batch is never read, so the ledger of that iteration stays empty."""
     damaged = str(tmp_path / ("damaged" + os.path.splitext(store_path)[1]))
     damage_record(store_path, damaged, N - 1)
-    loader = loader_for(damaged, shuffle=False, batch_size=2, on_error="substitute", decoder=decoder)
+    loader = loader_for(damaged, shuffle=False, batch_size=2, on_error="substitute", engine=engine)
     assert len(loader) == 10 and loader.config.prefetch + 2 < 10
     it = iter(loader)
     next(it)
@@ -371,11 +371,11 @@ def test_stopping_an_epoch_early_stops_its_work(store_path, tmp_path, decoder):
     assert len(samples(loader, 1)) == N and [r.index for r in loader.stats.bad_records] == [N - 1]
 
 
-@pytest.mark.parametrize("decoder", DECODERS)
-def test_raise_mode_names_the_record_why_and_what_to_do(store_path, tmp_path, decoder):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_raise_mode_names_the_record_why_and_what_to_do(store_path, tmp_path, engine):
     damaged = str(tmp_path / ("damaged" + os.path.splitext(store_path)[1]))
     damage_record(store_path, damaged, 3)
-    loader = loader_for(damaged, shuffle=False, batch_size=4, decoder=decoder)
+    loader = loader_for(damaged, shuffle=False, batch_size=4, engine=engine)
     with pytest.raises(Exception) as info:
         samples(loader, 0)
     error = info.value

@@ -29,7 +29,7 @@ import torch
 
 from feedline import FeedLoader
 from feedline.config import OutputSpec
-from feedline.decoders import resolve_decoder
+from feedline.decoders import get_decoder
 from feedline.sources.host_finisher import HostFinisher
 from feedline.sources.prefetcher import CudaPrefetcher, Pending, _normalizer, convert
 from cuda_helpers import hold
@@ -208,7 +208,7 @@ def test_without_record_stream_the_next_batch_overwrites_a_dropped_one(large_bat
 
 def cpu_decoder() -> str:
     """The decode threads' default decoder; "auto" on CUDA would pick DALI where it is installed."""
-    return resolve_decoder("auto", "cpu")
+    return get_decoder("auto").name
 
 
 def loader_vs_cpu(packed_lmdb, prefetcher_cls=None) -> int:

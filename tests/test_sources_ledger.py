@@ -40,7 +40,7 @@ def test_thread_and_dali_sources_keep_the_same_ledger(damaged_folder):
     kwargs = dict(batch_size=5, shuffle=True, size=32, num_threads=2, device="cpu", seed=4,
                   on_error="substitute")
     with FeedLoader(str(damaged_folder), decoder="opencv", **kwargs) as threads, \
-            FeedLoader(str(damaged_folder), decoder="dali", **kwargs) as dali:
+            FeedLoader(str(damaged_folder), engine="dali", **kwargs) as dali:
         thread_rows, thread_labels = ledger_rows(threads)
         dali_rows, dali_labels = ledger_rows(dali)
     assert len(thread_rows) == 4, "two damaged records, two epochs"
@@ -52,9 +52,9 @@ def test_thread_and_dali_sources_keep_the_same_ledger(damaged_folder):
 
 
 def test_raise_mode_names_the_record_in_both_sources(damaged_folder):
-    for decoder in ("opencv", "dali"):
-        loader = FeedLoader(str(damaged_folder), decoder=decoder, batch_size=5, size=32, num_threads=2,
-                            device="cpu")
+    for engine, decoder in (("threads", "opencv"), ("dali", "auto")):
+        loader = FeedLoader(str(damaged_folder), engine=engine, decoder=decoder, batch_size=5, size=32,
+                            num_threads=2, device="cpu")
         with pytest.raises(Exception) as info:
             for _ in loader:
                 pass

@@ -86,11 +86,11 @@ def test_no_import_circles():
 LAYERS = [
     ("definitions", ["feedline.errors", "feedline.choices", "feedline.format", "feedline.durable",
                      "feedline.augment", "feedline.order", "feedline.plan", "feedline.ledger",
-                     "feedline.stats", "feedline.config", "feedline.scan", "feedline.labels_csv",
+                     "feedline.stats", "feedline.config", "feedline.memory", "feedline.scan", "feedline.labels_csv",
                      "feedline.labels_jsonl", "feedline.labels_file", "feedline.targets", "feedline.boxes",
                      "feedline.target_stats", "feedline.fields",
                      "feedline.sample", "feedline.flags"]),
-    ("stores and decoders", ["feedline.stores", "feedline.decoders"]),
+    ("stores and decoders", ["feedline.stores", "feedline.decoders", "feedline.selection"]),
     ("transforms", ["feedline.transforms"]),
     ("converters and tools", ["converters", "feedline.verify", "feedline.describe"]),
     ("sources", ["feedline.sources"]),
@@ -118,6 +118,48 @@ def test_layers_import_only_downwards():
                 upward.append(f"{name} ({LAYERS[mine][0]}) imports {target} ({LAYERS[theirs][0]})")
     assert upward == []
     assert [m for m in known if layer_of(m) is None] == ["feedline"]  # every module has a layer
+
+
+SELECTION = "feedline.selection"
+ENGINE_NAMES = {"dali", "gpu", "threads"}
+
+
+def choice_points(name: str, path: Path) -> list[str]:
+    """Where module ``name`` takes a part in choosing the engine or the decoder: builds a
+    decoder from a registry name, defines a resolver or the "auto" preference, or compares
+    a value with an engine's name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("decoders.registry"):
+            found += [f"{name} imports {a.name} from the registry" for a in node.names
+                      if a.name in ("build", "detects_damage")]
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign)):
+            names = [node.name] if not isinstance(node, ast.Assign) else \
+                [t.id for t in node.targets if isinstance(t, ast.Name)]
+            found += [f"{name} defines {n}" for n in names if n == "AUTO_PREFERENCE" or (
+                "resolve" in n and ("decoder" in n or "engine" in n)) or n in ("cpu_decoder", "DecoderName")]
+        elif isinstance(node, ast.Compare):
+            constants = [c.value for c in (node.left, *node.comparators) if isinstance(c, ast.Constant)]
+            constants += [e.value for c in node.comparators if isinstance(c, (ast.Tuple, ast.List, ast.Set))
+                          for e in c.elts if isinstance(e, ast.Constant)]
+            found += [f"{name}:{node.lineno} compares with {c!r}" for c in constants if c in ENGINE_NAMES]
+    return found
+
+
+def test_engine_and_decoder_are_chosen_in_one_module():
+    """Issue 19: the engine and decoder choices were resolved in five places; now only
+    feedline.selection builds decoders by name, resolves "auto" and knows the engines' names
+    (others dispatch on the resolved Engine)."""
+    known = modules()
+    assert choice_points(SELECTION, known[SELECTION])   # the checker sees the one place
+    assert [p for name, path in known.items() if name != SELECTION for p in choice_points(name, path)] == []
+
+
+def test_the_choice_checker_sees_a_second_resolver(tmp_path):
+    (tmp_path / "m.py").write_text("from .decoders.registry import build\n"
+                                   "def resolve_decoder_name(x):\n    return 'dali' if x == 'dali' else build(x)\n")
+    assert choice_points("m", tmp_path / "m.py") == [
+        "m imports build from the registry", "m defines resolve_decoder_name", "m:3 compares with 'dali'"]
 
 
 def test_the_checker_sees_a_circle(tmp_path):

@@ -12,7 +12,7 @@ from enum import Enum
 import pytest
 from test_train_helpers import FAST, REPO, pack, subprocess_env, two_class_folder
 
-from feedline.choices import Choice, DecoderName, OnError, Order
+from feedline.choices import Choice, Engine, OnError, Order
 from feedline.flags import add_dataclass_arguments, config_from_args
 from feedline.train import TrainConfig, TrainError
 from feedline.train.choices import Amp, Arch, parse_device
@@ -98,7 +98,7 @@ def test_the_generator_on_a_small_dataclass():
 def test_choices_are_enums_that_accept_their_strings(tmp_path):
     cfg = TrainConfig(train=str(tmp_path), arch="TINY", amp="bf16", decoder="pil", on_error="raise",
                       order="quasi-random")
-    assert cfg.arch is Arch.TINY and cfg.amp is Amp.BF16 and cfg.decoder is DecoderName.PIL
+    assert cfg.arch is Arch.TINY and cfg.amp is Amp.BF16 and (cfg.engine, cfg.decoder) == (Engine.AUTO, "pil")
     assert cfg.on_error is OnError.RAISE and cfg.order is Order.QUASI_RANDOM
     assert cfg.arch == "tiny"  # still a string
     plain = cfg.to_dict()
@@ -114,6 +114,21 @@ def test_a_bad_choice_names_the_flag_and_the_allowed_values(tmp_path, field, val
     with pytest.raises(TrainError) as err:
         TrainConfig(train=str(tmp_path), **{field: value})
     assert str(err.value) == f"--{field.replace('_', '-')} must be one of {allowed}, got {value!r}"
+
+
+def test_engine_and_decoder_are_checked_by_name(tmp_path):
+    """--engine picks who makes batches, --decoder the threads engine's codec; the old
+    --decoder dali / gpu still means the engine."""
+    assert TrainConfig(train=str(tmp_path), engine="threads", decoder="simplejpeg").engine is Engine.THREADS
+    with pytest.warns(DeprecationWarning, match="pass engine='dali'"):
+        old = TrainConfig(train=str(tmp_path), decoder="dali")
+    assert (old.engine, old.decoder) == (Engine.DALI, "auto")
+    with pytest.raises(TrainError, match=r"^--engine/--decoder: unknown decoder 'libjpeg'; known decoders: auto, "):
+        TrainConfig(train=str(tmp_path), decoder="libjpeg")
+    with pytest.raises(TrainError, match="engine='gpu' decodes in its own pipeline, so decoder='pil' has no effect"):
+        TrainConfig(train=str(tmp_path), engine="gpu", decoder="pil")
+    with pytest.raises(TrainError, match="--engine must be one of 'auto', 'threads', 'dali', 'gpu'"):
+        TrainConfig(train=str(tmp_path), engine="cpu")
 
 
 def test_devices():

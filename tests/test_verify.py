@@ -210,12 +210,12 @@ def test_default_jobs_is_the_usable_cores_or_the_core_count_where_affinity_is_un
 # -- decoders ------------------------------------------------------------------------------------
 
 def test_a_decoder_without_a_strict_mode_is_used_and_said_so(clean, caplog):
-    caplog.set_level(logging.INFO, logger="feedline.verify")
+    caplog.set_level(logging.INFO, logger="feedline.selection")
     assert strict_decoder("auto").strict is True
     assert not [r for r in caplog.records if "strict" in r.getMessage()]
     result = verify(clean, decoder="opencv", jobs=1)
     assert result.ok and result.decoder == "opencv" and result.decoded == 12
-    said = [r.getMessage() for r in caplog.records if r.name == "feedline.verify"]
+    said = [r.getMessage() for r in caplog.records if r.name == "feedline.selection"]
     assert said == ["decoder 'opencv' has no strict mode: damaged image data may pass as decoded"]
 
 

@@ -54,8 +54,8 @@ def device_for(args: argparse.Namespace) -> str:
 def cpu_decoder() -> str:
     """The per-image decoder FeedLoader's threads use by default. Not "auto": on a CUDA
     device "auto" means DALI whenever DALI is installed."""
-    from feedline.decoders import resolve_decoder
-    return resolve_decoder("auto", "cpu")
+    from feedline.decoders import get_decoder
+    return get_decoder("auto").name
 
 
 def sync(device: str) -> None:

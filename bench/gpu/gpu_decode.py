@@ -7,8 +7,8 @@ nvJPEG on CUDA, the hybrid CPU+GPU path, the CPU).
 
     python bench/gpu/gpu_decode.py --data photos.lmdb --out gpu_decode.json
 
-Loader rows: ``cpu-threads`` (decoder="auto" on threads + CUDA prefetcher), ``gpu``
-(decoder="gpu": nvImageCodec on the GPU), ``dali`` (decoder="dali": DALI's mixed decoder).
+Loader rows: ``cpu-threads`` (engine="threads", decoder="auto" + CUDA prefetcher), ``gpu``
+(engine="gpu": nvImageCodec on the GPU), ``dali`` (engine="dali": DALI's mixed decoder).
 A row that cannot start (DALI not installed, no GPU source yet) says why in the JSON.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from bench.streams import forever  # noqa: E402
 log = logging.getLogger(__name__)
 NAME = "gpu_decode"
 TARGET_X_CPU = 1.5
-LOADERS = {"cpu-threads": None, "gpu": "gpu", "dali": "dali"}   # None: the default CPU decoder
+LOADERS = {"cpu-threads": "threads", "gpu": "gpu", "dali": "dali"}   # each row's engine= (threads: decoder "auto")
 BACKENDS = ("HW_GPU_ONLY", "GPU_ONLY", "HYBRID_CPU_GPU", "CPU_ONLY")
 
 
@@ -37,15 +37,14 @@ def loader_rows(args, device: str) -> tuple[dict, dict, dict]:
     import torch
     from feedline import FeedLoader
     streams, loaders, reasons = {}, {}, {}
-    for name, decoder in LOADERS.items():
-        decoder = decoder or common.cpu_decoder()
+    for name, engine in LOADERS.items():
         if device == "cpu" and name != "cpu-threads":
             reasons[name] = "needs CUDA"
             continue
         try:
             loader = FeedLoader(args.data, batch_size=args.batch_size, shuffle=True, train=True, size=224,
                                 num_threads=args.threads, device=device, dtype=torch.bfloat16,
-                                channels_last=True, drop_last=True, decoder=decoder)
+                                channels_last=True, drop_last=True, engine=engine)
             stream = forever(lambda loader=loader: loader)
             for _ in range(args.warmup):
                 next(stream)
@@ -108,12 +107,13 @@ def run(args) -> dict:
         stream.close()
         loaders[name].close()
     rates = {n: common.median(samples.get(n)) for n in LOADERS}
-    rows = [{"name": n, "decoder": LOADERS[n] or common.cpu_decoder(), "images_per_s": rates[n], "samples": samples.get(n),
+    rows = [{"name": n, "decoder": common.cpu_decoder() if LOADERS[n] == "threads" else LOADERS[n],
+             "images_per_s": rates[n], "samples": samples.get(n),
              "x_cpu_threads": ratio(rates[n], rates["cpu-threads"]), "source": described.get(n),
              "reason": reasons.get(n)} for n in LOADERS]
     backends = backend_rates(args, device)
-    targets = [target("decoder='gpu' img/s over the CPU threads' (same run)", rows[1]["x_cpu_threads"], TARGET_X_CPU),
-               target("decoder='dali' img/s over the CPU threads' (same run)", rows[2]["x_cpu_threads"], TARGET_X_CPU)]
+    targets = [target("engine='gpu' img/s over the CPU threads' (same run)", rows[1]["x_cpu_threads"], TARGET_X_CPU),
+               target("engine='dali' img/s over the CPU threads' (same run)", rows[2]["x_cpu_threads"], TARGET_X_CPU)]
     say(format_table(rows, [("loader", "name"), ("img/s", "images_per_s"), ("x CPU threads", "x_cpu_threads"),
                             ("note", "reason")]))
     say(format_table(backends, [("nvImageCodec backend", "backend"), ("whole-image img/s", "images_per_s"),

@@ -13,7 +13,7 @@ def _positive(text: str) -> int:
 
 
 def register(subparsers) -> None:
-    from ..decoders import NAMES
+    from ..decoders.registry import names
     p = subparsers.add_parser("verify", help="check every record's checksum and decode it",
                               description="Check every record: its bytes against the checksum stored when it "
                                           "was packed (files of format version 2 on), "
@@ -30,9 +30,10 @@ def register(subparsers) -> None:
                    help="compare checksums only, decode nothing (needs a file packed with checksums)")
     p.add_argument("--jobs", "-j", type=_positive, default=None, metavar="N",
                    help="threads (default: all cores)")
-    p.add_argument("--decoder", default="auto", choices=[n for n in NAMES if n != "dali"],
-                   help="decoder backend, in its strict mode (default auto: the fastest one installed, "
-                        "the one FeedLoader's 'auto' uses on a CPU)")
+    p.add_argument("--decoder", default="auto", metavar="NAME",
+                   help=f"decoder, in its strict mode (default auto: the fastest strict one installed, the one "
+                        f"FeedLoader's 'auto' uses on CPU threads); also {', '.join(names(installed=False))}, or "
+                        "one an installed package registers (entry point group 'feedline.decoders')")
     p.add_argument("--max-listed", type=int, default=100, metavar="N",
                    help="problems listed at most (default 100; 0 lists all)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -42,7 +43,14 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from tqdm import tqdm
 
+    from ..decoders.registry import registration
+    from ..errors import FeedlineError
     from ..verify import VerifyMode, verify
+    if args.decoder != "auto":
+        try:
+            registration(args.decoder)
+        except ValueError as exc:
+            raise FeedlineError(f"--decoder: {exc}") from None
     bar = tqdm(desc="verify", unit="img", file=sys.stderr, disable=not sys.stderr.isatty(),
                leave=False, delay=0.5)
     mode = VerifyMode.CHECKSUMS if args.checksums_only else VerifyMode.FULL

@@ -1,7 +1,8 @@
 """Batch sources: what turns an epoch's sample plans into finished batches.
 
-Every source implements the same small protocol, so FeedLoader never asks which one it
-holds. Sources differ in speed, never in data: the same (seed, epoch, index) gives the
+Which source (engine=) and which decoder are chosen in feedline.selection; make_source
+builds the chosen one. Every source implements the same small protocol, so FeedLoader
+never asks which one it holds. Sources differ in speed, never in data: the same (seed, epoch, index) gives the
 same crop, flip and label from each, and a bad record is reported in the same ledger
 with the same substitute.
 
@@ -12,19 +13,16 @@ with the same substitute.
 """
 from __future__ import annotations
 
-import logging
 from typing import Iterator, Protocol
 
 import torch
 
-from ..choices import DecoderName
-from ..errors import BackendUnavailable
+from ..choices import Engine
 from ..config import LoaderConfig
 from ..decoders.base import Decoder
 from ..plan import EpochPlan
+from ..selection import resolve_engine_and_decoder
 from ..stats import LoaderStats
-
-log = logging.getLogger(__name__)
 
 
 class BatchSource(Protocol):
@@ -40,48 +38,19 @@ class BatchSource(Protocol):
 
 
 def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> BatchSource:
-    """The source for ``config.decoder`` (already resolved: never "auto"). ``decoder``, a
-    Decoder instance, is used as it is by the thread source."""
-    if config.decoder is DecoderName.DALI:
+    """The source for ``config.engine`` (already resolved: never "auto"). ``decoder``, the
+    thread engine's Decoder, is chosen by feedline.selection; without one, the decoder
+    ``config.decoder`` names is chosen there for this store."""
+    if config.engine is Engine.DALI:
         from .dali import DaliBatches
         return DaliBatches(store, config)
-    if config.decoder is DecoderName.GPU:
+    if config.engine is Engine.GPU:
         from .gpu_decode import GpuDecodeBatches
         return GpuDecodeBatches(store, config)
     from .threads import ThreadBatches
-    return ThreadBatches(store, config, decoder or cpu_decoder(store, config.decoder))
+    if decoder is None:
+        decoder = resolve_engine_and_decoder(config.engine, config.decoder, config.output.device, store).decoder
+    return ThreadBatches(store, config, decoder)
 
 
-def resolve_decoder_name(decoder, device: str) -> DecoderName:
-    """The decoder a loader on ``device`` uses for ``decoder=`` (a name; "auto" resolved)."""
-    name = DecoderName.parse(decoder, "decoder")
-    if name is DecoderName.GPU:
-        if not device.startswith("cuda"):
-            raise BackendUnavailable("decoder='gpu' decodes on a CUDA device; pass device='cuda' "
-                                     "(or pick a CPU decoder: decoder='auto')")
-        return name
-    from ..decoders import resolve_decoder
-    return DecoderName(resolve_decoder(name.value, device))
-
-
-def decoded_at_pack(store) -> bool:
-    """Whether every record was decoded cleanly when packed (``pack --check decode``) and is
-    checked against its checksum on every read: its bytes are then known to decode."""
-    options = store.meta.get("pack_options") or {}
-    return getattr(store, "checksums", None) is not None and options.get("check") == "decode"
-
-
-def cpu_decoder(store, name: DecoderName) -> Decoder:
-    """The per-image decoder ``name`` for this store. Strict (libjpeg's warnings are errors,
-    so damaged data is a bad record) unless the store proves every record decodes, in which
-    case the faster lenient mode decodes only the crop's region. A pure function of the
-    store, so every run and every resume decodes the same way."""
-    from ..decoders import get_decoder
-    if decoded_at_pack(store) and name in (DecoderName.NVIMGCODEC, DecoderName.TURBOJPEG):
-        log.info("%s: decoded cleanly at pack time and checksummed: decoding with %s leniently "
-                 "(only the crop's region)", store.filename, name.value)
-        return get_decoder(name.value, strict=False)
-    return get_decoder(name.value)
-
-
-__all__ = ["BatchSource", "make_source", "resolve_decoder_name"]
+__all__ = ["BatchSource", "make_source"]

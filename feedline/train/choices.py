@@ -1,6 +1,6 @@
 """The trainer's own option choices, as ``feedline.choices.Choice`` Enums (strings too).
 
-The loader's choices (DecoderName, OnError, Order) live in feedline.choices. No torch
+The loader's choices (Engine, OnError, Order) live in feedline.choices. No torch
 here: the command line builds its parser from these.
 """
 from __future__ import annotations

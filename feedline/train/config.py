@@ -12,7 +12,7 @@ import typing
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..choices import Choice, DecoderName, OnError, Order
+from ..choices import Choice, Engine, OnError, Order
 from ..errors import FeedlineError
 from .choices import Amp, Arch, parse_device
 
@@ -56,7 +56,7 @@ class TrainConfig:
     weight_decay: float = option(5e-5, "not applied to BatchNorm parameters and biases", MODEL)
     warmup_epochs: float = option(5.0, "linear warmup, then cosine decay to zero: large batches diverge "
                                   "without warmup; capped at a fifth of the run", MODEL)
-    label_smoothing: float = option(0.1, "regularizes over-confident logits; +0.3-0.5% top-1 on ImageNet",
+    label_smoothing: float = option(0.1, "regularizes over-confident logits (Szegedy et al., Inception v3)",
                                     MODEL)
     zero_init_residual: bool = option(True, "start each residual block's last BatchNorm at gamma 0, so "
                                       "blocks start as identity", MODEL)
@@ -64,7 +64,10 @@ class TrainConfig:
     num_classes: int | None = option(None, "classifier width", MODEL,
                                      default_text="from the data; 1000 with --synthetic and no TRAIN")
     # -- data
-    decoder: DecoderName = option(DecoderName.AUTO, "JPEG decoder; auto picks the best one installed", DATA)
+    engine: Engine = option(Engine.AUTO, "who makes batches: threads (decoders on CPU threads), dali, gpu "
+                            "(nvImageCodec); auto = dali on a GPU when DALI is installed, else threads", DATA)
+    decoder: str = option("auto", "the threads engine's JPEG decoder: nvimgcodec, turbojpeg, simplejpeg, opencv, pil "
+                          "or a plugin's; auto = the fastest strict one installed", DATA, metavar="NAME")
     threads: int | str = option("auto", "decode threads of the loader; auto: one per usable CPU core", DATA)
     on_error: OnError = option(
         OnError.SUBSTITUTE, "a record that cannot be read or decoded: substitute puts another record in "
@@ -127,6 +130,7 @@ class TrainConfig:
             self.device = parse_device(self.device)
         except ValueError as exc:
             raise TrainError(str(exc)) from None
+        check_engine_and_decoder(self)
         if self.threads != "auto":
             try:
                 self.threads = int(self.threads)
@@ -179,6 +183,15 @@ class TrainConfig:
         """Plain values (Enums as their strings): for JSON and for checkpoints that load
         with ``weights_only=True``."""
         return {k: v.value if isinstance(v, Enum) else v for k, v in dataclasses.asdict(self).items()}
+
+
+def check_engine_and_decoder(cfg: TrainConfig) -> None:
+    """--engine and --decoder checked by name (nothing is built here: no torch)."""
+    from ..selection import check_names
+    try:
+        cfg.engine, cfg.decoder = check_names(cfg.engine, cfg.decoder)
+    except ValueError as exc:
+        raise TrainError(f"--engine/--decoder: {exc}") from None
 
 
 def flag(name: str) -> str:

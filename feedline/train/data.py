@@ -73,9 +73,9 @@ def make_loader(store: Store, cfg: TrainConfig, info: DistInfo, dtype: torch.dty
     (``even_shards=False``: no padding duplicates, ranks may differ by one batch)."""
     try:
         return FeedLoader(store, batch_size=cfg.batch_size, shuffle=train, train=train, size=cfg.size,
-                          decoder=cfg.decoder, num_threads=cfg.threads, device=str(info.device),
+                          engine=cfg.engine, decoder=cfg.decoder, num_threads=cfg.threads, device=str(info.device),
                           dtype=dtype, channels_last=cfg.channels_last, drop_last=train, seed=cfg.seed,
                           on_error=cfg.on_error, order=cfg.order if train else None,
                           even_shards=train, rank=info.rank, world_size=info.world_size)
-    except ValueError as exc:  # the loader's option checks (e.g. an unknown --decoder)
+    except ValueError as exc:  # the loader's option checks
         raise TrainError(f"{store.filename}: {exc}") from None

@@ -1,0 +1,77 @@
+"""Whether a loader's batch buffers fit, asked before they are allocated: a batch size
+too large for the machine is then one line that says what is needed and what there is,
+not the allocator's error from deep inside the engine."""
+from __future__ import annotations
+
+import torch
+
+from .choices import Engine
+from .config import LoaderConfig
+
+GIB = 1024 ** 3
+
+
+def batch_pixels(config: LoaderConfig) -> int:
+    h, w = config.augment.size
+    return config.batch_size * h * w * 3
+
+
+def host_bytes(config: LoaderConfig) -> int:
+    """The thread engine's ring (prefetch + 2 uint8 batches) and, on the host, the batch
+    handed to the consumer in its dtype."""
+    if config.engine is not Engine.THREADS:
+        return 0
+    pixels = batch_pixels(config)
+    delivered = 0 if config.output.on_cuda else pixels * config.output.dtype.itemsize
+    return (config.prefetch + 2) * pixels + delivered
+
+
+def device_bytes(config: LoaderConfig) -> int:
+    """On a CUDA device: the batches prepared ahead and the one in use, in the output dtype."""
+    if not config.output.on_cuda:
+        return 0
+    return (config.prefetch + 1) * batch_pixels(config) * config.output.dtype.itemsize
+
+
+def available_host_bytes() -> int | None:
+    """Memory this process can still take: MemAvailable, capped by its cgroup's limit less
+    the cgroup's working set (its usage but the page cache it would give back first)."""
+    found = []
+    meminfo = _read("/proc/meminfo")
+    for line in (meminfo or "").splitlines():
+        if line.startswith("MemAvailable:"):
+            found.append(int(line.split()[1]) * 1024)
+    limit, used = _read("/sys/fs/cgroup/memory.max"), _read("/sys/fs/cgroup/memory.current")
+    if limit and used and limit.strip().isdigit():
+        stat = dict(line.split() for line in (_read("/sys/fs/cgroup/memory.stat") or "").splitlines()
+                    if len(line.split()) == 2)
+        found.append(int(limit) - int(used) + int(stat.get("inactive_file", 0)))
+    return min(found) if found else None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def check_buffers_fit(config: LoaderConfig) -> None:
+    """MemoryError, with the sizes, when the batch buffers cannot fit."""
+    h, w = config.augment.size
+    what = f"batch_size={config.batch_size} at {h}x{w}"
+    advice = "use a smaller batch_size (or size, or prefetch)"
+    need, free = host_bytes(config), available_host_bytes()
+    if need and free is not None and need > free:
+        slots, batch = config.prefetch + 2, batch_pixels(config) / GIB
+        raise MemoryError(f"{what}: the batch buffers need about {need / GIB:,.1f} GiB of memory ({slots} uint8 "
+                          f"batches of {batch:,.2f} GiB for prefetch={config.prefetch}, and the batch delivered), "
+                          f"but {free / GIB:,.1f} GiB is available; {advice}")
+    need = device_bytes(config)
+    if need:
+        free = torch.cuda.mem_get_info(torch.device(config.output.device))[0]
+        if need > free:
+            raise MemoryError(f"{what}: the batches on {config.output.device} need about {need / GIB:,.1f} GiB "
+                              f"({config.prefetch + 1} batches in {config.output.dtype}), but "
+                              f"{free / GIB:,.1f} GiB is free there; {advice}")
