@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .choices import Engine
+from .decoders.jpeg_grid import is_grid_store
 from .decoders.registry import build, detects_damage, missing_library_reason, registration
 from .errors import BackendUnavailable
 
@@ -61,7 +62,13 @@ def resolve_engine_and_decoder(engine="auto", decoder="auto", device: str = "cpu
     if engine is Engine.AUTO:
         engine = _auto_engine(decoder, device, log_level)
     if engine is Engine.THREADS:
-        return Selection(engine, thread_decoder(decoder, store, strict, log_level))
+        chosen = thread_decoder(decoder, store, strict, log_level)
+        if strict is None and isinstance(decoder, str) and is_grid_store(store):
+            # A grid store's crops are spliced and decoded alone; a Decoder instance the
+            # user passed is used as it is.
+            from .decoders.grid_decoder import grid_decoder_for
+            chosen = grid_decoder_for(store, chosen)
+        return Selection(engine, chosen)
     if engine is Engine.GPU and not device.startswith("cuda"):
         raise BackendUnavailable("engine='gpu' decodes on a CUDA device; pass device='cuda' "
                                  "(or decode on CPU threads: engine='threads')")

@@ -100,8 +100,8 @@ def test_a_grid_store_gives_the_crops_an_original_store_gives(stores, train):
     original, grid = stores
     kw = dict(batch_size=4, shuffle=True, train=train, size=SIZE, seed=3, num_threads=2,
               dtype=None, channels_last=False)
-    with FeedLoader(original, **kw) as a, \
-            FeedLoader(grid, decoder=grid_decoder_for(grid, get_decoder("auto")), **kw) as b:
+    with FeedLoader(original, **kw) as a, FeedLoader(grid, **kw) as b:
+        assert isinstance(b.source.decoder, GridDecoder) and not isinstance(a.source.decoder, GridDecoder)
         for epoch in range(2):
             a.set_epoch(epoch)
             b.set_epoch(epoch)

@@ -16,18 +16,9 @@ import simplejpeg
 
 from ..errors import DecodeError
 from .base import Box, Decoder, choose_scale, resize_scaled_into
-from .jpeg_grid import mcu_span, parse_grid, splice
+from .jpeg_grid import is_grid_store, mcu_span, parse_grid, splice
 
 log = logging.getLogger(__name__)
-
-GRID = "grid"   # pack_options["layout"] of a grid store
-
-
-def is_grid_store(store) -> bool:
-    """Whether ``store``'s records were packed with the restart-marker grid."""
-    options = (getattr(store, "meta", None) or {}).get("pack_options") or {}
-    return options.get("layout") == GRID
-
 
 def grid_decoder_for(store, decoder: Decoder) -> Decoder:
     """``decoder`` itself, or on a grid store the GridDecoder that wraps it. A pure function

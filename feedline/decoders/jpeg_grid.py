@@ -180,3 +180,12 @@ def _renumber(out: bytearray, head: int, starts: np.ndarray, ends: np.ndarray, m
     at = at[:-1]                                                         # no marker after the last row
     codes = np.frombuffer(out, dtype=np.uint8)
     codes[at + 1] = 0xD0 + (np.arange(len(at)) & 7)
+
+
+GRID = "grid"   # pack_options["layout"] of a grid store
+
+
+def is_grid_store(store) -> bool:
+    """Whether ``store``'s records were packed with the restart-marker grid."""
+    options = (getattr(store, "meta", None) or {}).get("pack_options") or {}
+    return options.get("layout") == GRID
