@@ -19,8 +19,9 @@ from feedline.decoders import get_decoder
 from feedline.errors import DecodeError
 from feedline.plan import EpochPlan
 from feedline.sources.decode_queue import DecodeQueue
-from feedline.sources.host_finisher import HostFinisher
-from feedline.sources.ring import BatchRing
+from feedline.sources.feed import Feed
+from feedline.sources.host_output import OutputRing
+from feedline.sources.policy import BadRecordPolicy
 from feedline.stats import LoaderStats
 from storefiles import make_records, write_lmdb
 
@@ -42,7 +43,7 @@ def vm_flags(address: int) -> tuple[int, int, set[str]]:
 
 
 def test_fresh_host_batches_ask_for_huge_pages(packed_lmdb):
-    """Each batch the host finisher allocates is advised MADV_HUGEPAGE over every whole
+    """Each batch the host ring allocates is advised MADV_HUGEPAGE over every whole
     2 MiB page it covers (the kernel marks such a mapping 'hg'), and over nothing else."""
     loader = FeedLoader(str(packed_lmdb), batch_size=8, size=224, num_threads=2, device="cpu", decoder="opencv")
     batches = [x for x, _ in loader]
@@ -121,39 +122,39 @@ def test_the_error_of_a_bad_record_reads_as_one_sentence_each(tmp_path, damage):
     loader.close()
 
 
-class ShortOfMemory(HostFinisher):
-    """The host finisher, on a machine that cannot allocate the third batch's output."""
+class ShortOfMemory(OutputRing):
+    """The host ring, on a machine that cannot allocate the third batch's tensors."""
 
     def __init__(self, *args):
         super().__init__(*args)
         self.made = 0
 
-    def new_batch(self, n):
+    def target(self, slot):
         self.made += 1
         if self.made == 3:
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
-        return super().new_batch(n)
+        return super().target(slot)
 
 
 def test_a_batch_that_cannot_be_allocated_fails_in_order_instead_of_going_missing(packed_lmdb):
-    """An allocation failure in a decode thread (out of memory) reaches the consumer after
-    the batches before it, and the threads end. Before, the thread died with its slot: the
-    other threads went on and the epoch silently skipped that batch (one thread: the
-    consumer waited forever). The consumer runs in a thread here so that a hang fails."""
+    """An allocation failure (out of memory) reaches the consumer after the batches before
+    it, and the threads end. Before, the thread died with its slot: the other threads went
+    on and the epoch silently skipped that batch (one thread: the consumer waited forever).
+    The consumer runs in a thread here so that a hang fails."""
     store = open_dataset(str(packed_lmdb))
     epoch = EpochPlan(AugmentSpec(size=(32, 32)), seed=0, epoch=0, order=Order.SEQUENTIAL, batch_size=4,
                       drop_last=False)
-    converter = ShortOfMemory(OutputSpec(), (32, 32))
-    queue = DecodeQueue(store, get_decoder("opencv"), BatchRing(4, 4, (32, 32), pin=False),
-                        epoch.batches(store.labels, store.sizes), epoch, num_threads=2, on_error=OnError.RAISE,
-                        stats=LoaderStats(), converter=converter)
+    stats = LoaderStats()
+    queue = DecodeQueue(store, get_decoder("opencv"), BadRecordPolicy(store, OnError.RAISE, epoch, stats.ledger),
+                        num_threads=2, stats=stats)
+    feed = Feed(queue, epoch.batches(store.labels, store.sizes), ShortOfMemory(4, 4, (32, 32), OutputSpec()))
     got, errors = [], []
 
     def consume():
         try:
-            while (batch := queue.next_filled()) is not None:
-                got.append((batch.plan.number, tuple(batch.output.shape)))
-                queue.release(batch.slot)
+            while (batch := feed.next_filled()) is not None:
+                got.append((batch.plan.number, tuple(batch.target.images.shape)))
+                feed.release(batch.slot)
         except RuntimeError as exc:
             errors.append(exc)
 
