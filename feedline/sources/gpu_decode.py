@@ -25,8 +25,9 @@ from ..decoders.base import Box
 from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
 from .background import ahead
-from .normalization import normalize_batch
+from .normalization import layout_of, normalize_batch
 from .policy import BadRecordPolicy
+
 
 class GpuDecodeBatches:
     """A BatchSource on nvImageCodec's GPU decoders.
@@ -106,10 +107,9 @@ class GpuDecodeBatches:
         stats.add(read_s=t1 - t0, decode_s=time.perf_counter() - t1)  # decode: enqueue and host-side time
         c = self.config
         h, w = c.augment.size
-        layout = torch.channels_last if c.output.channels_last else torch.contiguous_format
         with torch.cuda.stream(self._stream):
             batch = torch.empty((len(samples), 3, h, w), dtype=torch.float32, device=self.device,
-                                memory_format=layout)
+                                memory_format=layout_of(c.output))
             labels = torch.empty(len(samples), dtype=torch.int64)
             for k, (index, data, box, flip, label) in enumerate(samples):
                 image = images[k]
