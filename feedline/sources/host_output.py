@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import functools
+import mmap
 import threading
 from typing import Iterator
 
@@ -53,15 +54,32 @@ def memory_users(tensor: torch.Tensor) -> int | None:
     return None if count is None else count(tensor.untyped_storage()._cdata)
 
 
+def mapped_batch(shape: tuple[int, ...], dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
+    """An N x C x H x W tensor in memory of its own: an anonymous mapping, starting on a huge
+    page and advised to use them, unmapped when the last tensor over it goes. Not malloc's:
+    a heap would mix batches with other data (and keep freed batches' pages and advice)."""
+    n, c, h, w = shape
+    nbytes = n * c * h * w * dtype.itemsize
+    memory = mmap.mmap(-1, nbytes + _HUGE_PAGE)
+    anchor = ctypes.c_char.from_buffer(memory)
+    start = (-ctypes.addressof(anchor)) % _HUGE_PAGE
+    del anchor  # a live export would pin the mapping's size; the tensor holds the mapping itself
+    flat = torch.frombuffer(memory, dtype=torch.uint8, count=nbytes, offset=start).view(dtype)
+    batch = flat.view(n, h, w, c).permute(0, 3, 1, 2) if channels_last else flat.view(n, c, h, w)
+    advise_huge_pages(batch)
+    return batch
+
+
 class HostBuffers:
     """One slot's tensors, and how many users their memory has while only the ring holds them."""
 
     def __init__(self, shape: tuple[int, ...], output: OutputSpec, dtype: torch.dtype, pin: bool):
-        self.images = torch.empty(shape, dtype=dtype, memory_format=layout_of(output), pin_memory=pin)
+        if pin:
+            self.images = torch.empty(shape, dtype=dtype, memory_format=layout_of(output), pin_memory=True)
+        else:
+            self.images = mapped_batch(shape, dtype, output.channels_last)
         self.labels = torch.empty(shape[0], dtype=torch.int64, pin_memory=pin)
         self.labels_np = self.labels.numpy()
-        if not pin:
-            advise_huge_pages(self.images)
         self._alone = (memory_users(self.images), memory_users(self.labels))
 
     def held(self) -> bool:
