@@ -56,13 +56,16 @@ it = endless()
 for _ in range(warmup):
     next(it)
 stats = loader.stats
-copy0, images0 = stats.copy_s, stats.images
+base, copied, counted = (stats.copy_s, stats.images), 0.0, 0
 t0, images = time.perf_counter(), 0
 for _ in range(batches):
     images += len(next(it)[1])   # dropped at once, as a training step does
+    if loader.stats is not stats:   # a new epoch: its stats start afresh
+        copied, counted = copied + stats.copy_s - base[0], counted + stats.images - base[1]
+        stats, base = loader.stats, (0.0, 0)
 seconds = time.perf_counter() - t0
-same_epoch = loader.stats is stats   # else the copy time restarted with a new epoch
-copy_ms = 1e3 * (stats.copy_s - copy0) / max(stats.images - images0, 1) if same_epoch else None
+copied, counted = copied + stats.copy_s - base[0], counted + stats.images - base[1]
+copy_ms = 1e3 * copied / max(counted, 1)
 print(json.dumps({"images": images, "seconds": seconds, "decoder": str(loader.config.decoder),
                   "copy_ms": copy_ms}), flush=True)
 # Measured: leave without tearing the interpreter down under the decode threads.

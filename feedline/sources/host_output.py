@@ -7,7 +7,9 @@ likes: a slot is written again only when nobody else holds its tensors (no view 
 no numpy array over them, no tensor sharing their memory is alive; PyTorch counts the
 users of a tensor's memory). A slot whose old tensors are still held gets fresh ones, and
 the kept tensors belong to the consumer alone. Memory is the ring's slots plus what the
-consumer keeps, as with any DataLoader.
+consumer keeps, as with any DataLoader. (A bare ``x.untyped_storage()`` kept without any
+tensor is not counted: keep a tensor.) The batch the consumer holds and the one before it
+are lent; the other ``prefetch`` slots are being filled meanwhile.
 """
 from __future__ import annotations
 
