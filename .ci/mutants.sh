@@ -31,9 +31,12 @@ declare -A AREAS=(
   [substitute]="feedline/sources/substitute.py | tests/test_substitute.py tests/test_properties.py"
   [plan]="feedline/plan.py | tests/test_properties.py $LOADER_TESTS"
   [loader]="feedline/loader.py feedline/ledger.py | $LOADER_TESTS"
-  [sources]="feedline/sources/threads.py feedline/sources/decode_queue.py feedline/sources/host_finisher.py
-             feedline/sources/records.py feedline/sources/ring.py |
-             $LOADER_TESTS tests/test_sources_host_finisher.py tests/test_sources_records.py tests/test_dali_errors.py"
+  [sources]="feedline/sources/threads.py feedline/sources/decode_queue.py feedline/sources/feed.py
+             feedline/sources/host_output.py feedline/sources/policy.py feedline/sources/normalization.py
+             feedline/sources/ring.py |
+             $LOADER_TESTS tests/test_sources_decode_queue.py tests/test_sources_host_output.py
+             tests/test_sources_policy.py tests/test_sources_policy_errors.py tests/test_normalize.py
+             tests/test_dali_errors.py"
   [dali]="feedline/sources/dali.py feedline/sources/known_bad.py |
           tests/test_dali.py tests/test_sources_ledger.py tests/test_loader_oracles.py tests/test_dali_errors.py"
   [stores]="feedline/stores/base.py feedline/stores/lmdb_store.py feedline/stores/hdf5_store.py

@@ -1,21 +1,29 @@
-"""FeedLoader of two git revisions, side by side: is this tree slower than an older one?
+"""FeedLoader's thread path of two git revisions, side by side: is this tree slower than an
+older one, and what does writing into reused batches save?
 
     .venv/bin/python bench/before_after.py [--before REV] [--rounds 5] [--n 2000] [--quick]
 
-REV (default: the last commit before the BatchSource refactor) is checked out into a
-temporary git worktree. Each round runs one subprocess per revision, alternating, on the
-same photo-like JPEG folder; each revision packs that folder with its own packer (once,
-cached) and measures its own FeedLoader with its defaults (decoder="auto", RandomResizedCrop
-224 + flip + normalize to float32, batch 64, all cores, drop_last) after a warm-up. The
-table shows the medians and their quotient; JSON goes to bench/results/before_after.json.
+REV (default: main before the thread path flowed one way, issue 19) is exported with
+``git archive`` into the bench cache. Each round runs one subprocess per revision and
+output, alternating, on the same photo-like JPEG folder; each revision packs that folder
+with its own packer (once, cached) and measures its own FeedLoader on the CPU
+(decoder="auto", RandomResizedCrop 224 + flip, batch 64, all cores, drop_last) after a
+warm-up, dropping each batch as a training loop does. Two outputs: float32 normalized (the
+default) and uint8 (mean=None). Besides images/s it reports the decode threads' time per
+image spent writing the batch (``stats.copy_s``: the normalization, or the uint8 copy):
+before, every batch was new memory the threads first touched; after, the batch is a reused
+slot of the ring and a uint8 sample is decoded straight into it. The table shows medians
+and quotients; JSON goes to bench/results/before_after.json.
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -24,7 +32,8 @@ if __package__ in (None, ""):  # run as a script: the repository root first on s
 
 from bench.common import ROOT, Spread, format_table, ratio, say, write_results  # noqa: E402
 
-BEFORE = "1942543"  # main before the loader took its BatchSource shape (issue 12)
+BEFORE = "95e6d18"  # main before the thread path flowed one way (issue 19)
+OUTPUTS = {"float32": "(0.485, 0.456, 0.406)", "uint8": "None"}
 
 # Run inside each revision's tree: pack the folder once, then time FeedLoader.
 _PROBE = r"""
@@ -32,11 +41,12 @@ import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 from converters import pack
 from feedline import FeedLoader
-folder, store, batches, warmup = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+folder, store, batches, warmup, mean = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), eval(sys.argv[6])
 if not os.path.exists(store):
     pack(folder, store + ".tmp.lmdb")
     os.replace(store + ".tmp.lmdb", store)
-loader = FeedLoader(store, batch_size=64, shuffle=True, size=224, device="cpu", drop_last=True)
+std = None if mean is None else (0.229, 0.224, 0.225)
+loader = FeedLoader(store, batch_size=64, shuffle=True, size=224, device="cpu", drop_last=True, mean=mean, std=std)
 
 def endless():
     while True:
@@ -45,27 +55,37 @@ def endless():
 it = endless()
 for _ in range(warmup):
     next(it)
+stats = loader.stats
+base, copied, counted = (stats.copy_s, stats.images), 0.0, 0
 t0, images = time.perf_counter(), 0
 for _ in range(batches):
-    images += len(next(it)[1])
+    images += len(next(it)[1])   # dropped at once, as a training step does
+    if loader.stats is not stats:   # a new epoch: its stats start afresh
+        copied, counted = copied + stats.copy_s - base[0], counted + stats.images - base[1]
+        stats, base = loader.stats, (0.0, 0)
 seconds = time.perf_counter() - t0
-print(json.dumps({"images": images, "seconds": seconds, "decoder": str(loader.config.decoder)}), flush=True)
-# Measured: leave without tearing the interpreter down under the decode threads (the older
-# revision aborts at exit when a loader is left mid-epoch).
+copied, counted = copied + stats.copy_s - base[0], counted + stats.images - base[1]
+copy_ms = 1e3 * copied / max(counted, 1)
+print(json.dumps({"images": images, "seconds": seconds, "decoder": str(loader.config.decoder),
+                  "copy_ms": copy_ms}), flush=True)
+# Measured: leave without tearing the interpreter down under the decode threads.
 os._exit(0)
 """
 
 
-def worktree(rev: str, where: Path) -> Path:
-    if not (where / ".git").exists():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(where), rev],
-                       check=True, capture_output=True)
+def export(rev: str, where: Path) -> Path:
+    """The tree of ``rev``, written once under ``where`` (git archive: no worktree is registered)."""
+    if not (where / "feedline").exists():
+        tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+        where.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+            archive.extractall(where, filter="data")
     return where
 
 
-def measure(tree: Path, folder: str, store: Path, batches: int, warmup: int) -> dict:
+def measure(tree: Path, folder: str, store: Path, batches: int, warmup: int, mean: str) -> dict:
     done = subprocess.run([sys.executable, "-c", _PROBE, str(tree), folder, str(store), str(batches),
-                           str(warmup)], capture_output=True, text=True, cwd=tempfile.gettempdir())
+                           str(warmup), mean], capture_output=True, text=True, cwd=tempfile.gettempdir())
     if done.returncode != 0:
         raise SystemExit(f"{tree}: the probe failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -86,25 +106,38 @@ def main(argv: list[str] | None = None) -> int:
     data = prepare_data(None, args.n, packed=False)
     cache = cache_root(None) / "before-after"
     cache.mkdir(parents=True, exist_ok=True)
-    trees = {"before": worktree(args.before, cache / f"tree-{args.before}"), "after": ROOT}
-    rates: dict[str, list[float]] = {"before": [], "after": []}
+    trees = {"before": export(args.before, cache / f"tree-{args.before}"), "after": ROOT}
+    runs = [(tree, output) for output in OUTPUTS for tree in trees]
+    rates: dict = {run: [] for run in runs}
+    copies: dict = {run: [] for run in runs}
     decoders = {}
     for r in range(args.rounds):
-        for name, tree in trees.items():
+        for name, output in runs:
             store = cache / f"{name}-{args.before if name == 'before' else 'head'}-{args.n}.lmdb"
-            row = measure(tree, str(data.folder), store, args.batches, warmup=4)
-            rates[name].append(row["images"] / row["seconds"])
+            row = measure(trees[name], str(data.folder), store, args.batches, 4, OUTPUTS[output])
+            rates[name, output].append(row["images"] / row["seconds"])
+            if row["copy_ms"] is not None:
+                copies[name, output].append(row["copy_ms"])
             decoders[name] = row["decoder"]
-            say(f"round {r + 1}: {name} {rates[name][-1]:,.0f} images/s ({row['decoder']})")
-    spreads = {name: Spread.of(values) for name, values in rates.items()}
-    rows = [{"name": name, "revision": args.before if name == "before" else "HEAD", "decoder": decoders[name],
-             "images_per_s": spreads[name].median, "spread": spreads[name].to_dict(),
-             "x_before": ratio(spreads[name].median, spreads["before"].median)} for name in trees]
-    say(format_table(rows, [("tree", "name"), ("revision", "revision"), ("decoder", "decoder"),
-                            ("images/s", "images_per_s"), ("x before", "x_before")]))
+            say(f"round {r + 1}: {name} {output}: {rates[name, output][-1]:,.0f} images/s, "
+                f"writing the batch {row['copy_ms'] or float('nan'):.3f} ms/image ({row['decoder']})")
+    rows = []
+    for name, output in runs:
+        speed = Spread.of(rates[name, output])
+        copy = Spread.of(copies[name, output]) if copies[name, output] else None
+        before_speed = Spread.of(rates["before", output]).median
+        before_copy = Spread.of(copies["before", output]).median if copies["before", output] else None
+        rows.append({"name": name, "output": output, "revision": args.before if name == "before" else "HEAD",
+                     "decoder": decoders[name], "images_per_s": speed.median, "spread": speed.to_dict(),
+                     "x_before": ratio(speed.median, before_speed),
+                     "copy_ms_per_image": copy.median if copy else None,
+                     "copy_x_before": ratio(copy.median if copy else None, before_copy)})
+    say(format_table(rows, [("tree", "name"), ("output", "output"), ("revision", "revision"),
+                            ("decoder", "decoder"), ("images/s", "images_per_s"), ("x before", "x_before"),
+                            ("write ms/img", "copy_ms_per_image"), ("write x before", "copy_x_before")]))
     write_results("before_after", rows, {"before": args.before, "rounds": args.rounds, "n": args.n,
                                          "batches": args.batches, "batch_size": 64, "size": 224,
-                                         "threads": os.cpu_count()},
+                                         "threads": os.cpu_count(), "outputs": list(OUTPUTS)},
                   out=args.out)
     return 0
 

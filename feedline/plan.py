@@ -54,9 +54,11 @@ class EpochPlan:
         """Batches of this epoch on this rank."""
         return batch_count(len(self.samples(n)), self.batch_size, self.drop_last)
 
-    def batches(self, labels: np.ndarray, sizes: np.ndarray, start: int = 0) -> Iterator[BatchPlan]:
-        """The BatchPlans of this epoch from batch number ``start`` on."""
-        samples = self.samples(len(labels))
+    def batches(self, labels: np.ndarray, sizes: np.ndarray, start: int = 0,
+                samples: np.ndarray | None = None) -> Iterator[BatchPlan]:
+        """The BatchPlans of this epoch from batch number ``start`` on; ``samples``, when
+        given, is ``self.samples(len(labels))`` already computed."""
+        samples = self.samples(len(labels)) if samples is None else samples
         for number in range(start, batch_count(len(samples), self.batch_size, self.drop_last)):
             idx = samples[number * self.batch_size:(number + 1) * self.batch_size]
             hw = sizes[idx]

@@ -1,6 +1,6 @@
-"""DecodeQueue: an error while planning or allocating a batch reaches the consumer in order; the
-epoch never ends early and silently; raise mode stops a failed batch at once; the decode
-threads are daemons and their time per stage is a share of the epoch."""
+"""DecodeQueue and Feed: plans are made by the consumer (never by a decode thread), an error
+while planning a batch reaches the consumer in order, and the epoch never ends early and
+silently."""
 from __future__ import annotations
 
 import subprocess
@@ -20,15 +20,34 @@ from feedline.decoders import get_decoder
 from feedline.errors import DecodeError
 from feedline.plan import EpochPlan
 from feedline.sources.decode_queue import DecodeQueue
-from feedline.sources.host_finisher import HostFinisher
-from feedline.sources.ring import BatchRing
+from feedline.sources.feed import Feed
+from feedline.sources.host_output import OutputRing
+from feedline.sources.policy import BadRecordPolicy
+from feedline.sources.ring import StagingRing
 from feedline.stats import LoaderStats
+
+
+def epoch_plan(order=Order.RANDOM) -> EpochPlan:
+    return EpochPlan(AugmentSpec(size=(32, 32)), seed=0, epoch=0, order=order, batch_size=4, drop_last=False)
+
+
+def queue_for(store, epoch, stats=None, threads=2) -> DecodeQueue:
+    stats = stats or LoaderStats()
+    return DecodeQueue(store, get_decoder("auto"), BadRecordPolicy(store, OnError.RAISE, epoch, stats.ledger),
+                       num_threads=threads, stats=stats)
+
+
+def drain(feed: Feed) -> list[int]:
+    got = []
+    while (job := feed.next_filled()) is not None:
+        got.append(job.plan.number)
+        feed.release(job.slot)
+    return got
 
 
 def test_a_planning_error_arrives_after_the_batches_before_it(photo_folder):
     store = open_dataset(str(photo_folder))
-    epoch = EpochPlan(AugmentSpec(size=(32, 32)), seed=0, epoch=0, order=Order.RANDOM, batch_size=4,
-                      drop_last=False)
+    epoch = epoch_plan()
 
     def plans():
         for number, plan in enumerate(epoch.batches(store.labels, store.sizes)):
@@ -36,18 +55,56 @@ def test_a_planning_error_arrives_after_the_batches_before_it(photo_folder):
                 raise RuntimeError("the plan of batch 2 failed")
             yield plan
 
-    queue = DecodeQueue(store, get_decoder("auto"), BatchRing(4, 4, (32, 32), pin=False), plans(), epoch,
-                        num_threads=2, on_error=OnError.RAISE, stats=LoaderStats())
     got = []
-    try:
+    with queue_for(store, epoch) as queue:
+        feed = Feed(queue, plans(), StagingRing(4, 4, (32, 32), pin=False))
         with pytest.raises(RuntimeError, match="batch 2"):
-            while (batch := queue.next_filled()) is not None:
-                got.append(batch.plan.number)
-                queue.release(batch.slot)
-    finally:
-        queue.close()
+            while (job := feed.next_filled()) is not None:
+                got.append(job.plan.number)
+                feed.release(job.slot)
     assert got == [0, 1]
     assert not [t for t in threading.enumerate() if t.name.startswith("feedline-decode")]
+
+
+def test_plans_are_drawn_by_the_consumer_only_as_slots_free(photo_folder):
+    """Each plan is drawn on the consumer's thread, and only when a slot is free for it: with
+    three slots and no slot released, three batches are planned, whatever the threads do."""
+    store = open_dataset(str(photo_folder))
+    epoch = epoch_plan()
+    drawn_on = []
+
+    def plans():
+        for plan in epoch.batches(store.labels, store.sizes):
+            drawn_on.append(threading.current_thread().name)
+            yield plan
+
+    with queue_for(store, epoch) as queue:
+        feed = Feed(queue, plans(), StagingRing(3, 4, (32, 32), pin=False))
+        first = feed.next_filled()
+        assert first.plan.number == 0 and len(drawn_on) == 3
+        feed.release(first.slot)
+        assert drain(feed) == list(range(1, epoch.count(len(store))))
+    assert set(drawn_on) == {threading.current_thread().name}
+    assert len(drawn_on) == epoch.count(len(store))
+
+
+def test_the_staging_ring_holds_what_the_decoder_gives(photo_folder):
+    """Samples are decoded straight into the slot (uint8 H x W x 3), labels from the plan."""
+    import numpy as np
+    from feedline.decoders.base import Box
+    store = open_dataset(str(photo_folder))
+    epoch = epoch_plan(Order.SEQUENTIAL)
+    ring = StagingRing(3, 4, (32, 32), pin=False)
+    decoder = get_decoder("auto")
+    with queue_for(store, epoch) as queue:
+        feed = Feed(queue, epoch.batches(store.labels, store.sizes), ring)
+        job = feed.next_filled()
+        for j in range(4):
+            want = np.empty((32, 32, 3), np.uint8)
+            decoder.decode_into(store.read_checked(int(job.plan.indices[j])), Box(*job.plan.boxes[j]),
+                                bool(job.plan.flips[j]), want)
+            assert np.array_equal(ring.images_np[job.slot, j], want)
+        assert ring.labels_np[job.slot].tolist() == job.plan.labels.tolist()
 
 
 def test_a_loader_left_open_does_not_keep_the_process_alive(packed_lmdb):
@@ -75,39 +132,39 @@ def test_a_loader_left_open_does_not_keep_the_process_alive(packed_lmdb):
     assert result.returncode == 0 and result.stdout.strip() == "done", result.stderr[-2000:]
 
 
-class ShortOfMemory(HostFinisher):
-    """The host finisher, on a machine that cannot allocate the third batch's output."""
+class ShortOfMemory(OutputRing):
+    """The host ring, on a machine that cannot allocate the third batch's tensors."""
 
     def __init__(self, *args):
         super().__init__(*args)
         self.made = 0
 
-    def new_batch(self, n):
+    def target(self, slot):
         self.made += 1
         if self.made == 3:
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
-        return super().new_batch(n)
+        return super().target(slot)
 
 
 def test_a_batch_that_cannot_be_allocated_fails_in_order_instead_of_going_missing(packed_lmdb):
-    """An allocation failure in a decode thread (out of memory) reaches the consumer after
-    the batches before it, and the threads end. Before, the thread died with its slot: the
-    other threads went on and the epoch silently skipped that batch (one thread: the
-    consumer waited forever). The consumer runs in a thread here so that a hang fails."""
+    """An allocation failure (out of memory) reaches the consumer after the batches before
+    it, and the threads end. Before, the thread died with its slot: the other threads went
+    on and the epoch silently skipped that batch (one thread: the consumer waited forever).
+    The consumer runs in a thread here so that a hang fails."""
     store = open_dataset(str(packed_lmdb))
     epoch = EpochPlan(AugmentSpec(size=(32, 32)), seed=0, epoch=0, order=Order.SEQUENTIAL, batch_size=4,
                       drop_last=False)
-    converter = ShortOfMemory(OutputSpec(), (32, 32))
-    queue = DecodeQueue(store, get_decoder("opencv"), BatchRing(4, 4, (32, 32), pin=False),
-                        epoch.batches(store.labels, store.sizes), epoch, num_threads=2, on_error=OnError.RAISE,
-                        stats=LoaderStats(), converter=converter)
+    stats = LoaderStats()
+    queue = DecodeQueue(store, get_decoder("opencv"), BadRecordPolicy(store, OnError.RAISE, epoch, stats.ledger),
+                        num_threads=2, stats=stats)
+    feed = Feed(queue, epoch.batches(store.labels, store.sizes), ShortOfMemory(4, 4, (32, 32), OutputSpec()))
     got, errors = [], []
 
     def consume():
         try:
-            while (batch := queue.next_filled()) is not None:
-                got.append((batch.plan.number, tuple(batch.output.shape)))
-                queue.release(batch.slot)
+            while (batch := feed.next_filled()) is not None:
+                got.append((batch.plan.number, tuple(batch.target.images.shape)))
+                feed.release(batch.slot)
         except RuntimeError as exc:
             errors.append(exc)
 

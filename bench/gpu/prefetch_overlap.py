@@ -25,7 +25,8 @@ from bench.gpu import common  # noqa: E402
 import torch  # noqa: E402
 
 from feedline.config import OutputSpec  # noqa: E402
-from feedline.sources.prefetcher import CudaPrefetcher, _normalizer, convert  # noqa: E402
+from feedline.sources.normalization import normalize_batch  # noqa: E402
+from feedline.sources.prefetcher import CudaPrefetcher  # noqa: E402
 
 NAME = "prefetch_overlap"
 
@@ -64,21 +65,20 @@ def measure(batch: int, size: int, steps: int, compute_ms: float) -> tuple[dict[
     labels = torch.zeros(batch, dtype=torch.int64).pin_memory()
     weights = torch.randn(2048, 2048, device=device, generator=torch.Generator(device).manual_seed(0)) / 64
     repeats = calibrate(weights, pinned[:1].to(device), compute_ms)
-    norm = _normalizer(output, device)
     prefetcher = CudaPrefetcher(output)
 
     def compute_only(n):
-        images = convert(pinned.to(device), output, norm)
+        images = normalize_batch(pinned.to(device).permute(0, 3, 1, 2), output)
         for _ in range(n):
             stand_in_step(weights, images, repeats)
 
     def copy_only(n):
         for _ in range(n):
-            convert(pinned.to(device, non_blocking=True), output, norm)
+            normalize_batch(pinned.to(device, non_blocking=True).permute(0, 3, 1, 2), output)
 
     def serial(n):
         for _ in range(n):
-            images = convert(pinned.to(device, non_blocking=True), output, norm)
+            images = normalize_batch(pinned.to(device, non_blocking=True).permute(0, 3, 1, 2), output)
             stand_in_step(weights, images, repeats)
 
     def prefetched(n):

@@ -17,7 +17,7 @@ from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
 from .dali_graph import build_pipeline, dali_reason, import_dali, to_torch
 from .known_bad import KnownBad
-from .records import read_record
+from .policy import BadRecordPolicy
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +46,8 @@ class DaliBatches:
         self.store, self.config = store, config
         self._dali = import_dali()
         self._pipe = None
-        self._bad = KnownBad(store, config.on_error)
-        self._epoch: EpochPlan | None = None
-        self._stats: LoaderStats | None = None
+        self._bad = KnownBad(store)
+        self._policy: BadRecordPolicy | None = None   # the run's rule for bad records
         self._plans: Iterator[BatchPlan] | None = None
         self._refeed: deque[BatchPlan] = deque()  # plans to feed again after a pipeline rebuild
         self._inflight: deque[_Fed] = deque()     # fed to DALI, outputs not yet taken; oldest first
@@ -68,18 +67,15 @@ class DaliBatches:
     def _prepare(self, plan: BatchPlan):
         indices, labels = plan.indices.copy(), plan.labels.copy()
         boxes, flips = plan.boxes.copy(), plan.flips.copy()
-        encoded = []
-        for k, original in enumerate(plan.indices.tolist()):
-            while True:
-                if original in self._bad:
-                    indices[k], boxes[k], flips[k] = self._bad.substitute(self._epoch, plan, k, self._stats)
-                    labels[k] = self.store.labels[indices[k]]
-                try:
-                    # DALI copies the bytes when they are fed, before the store's buffer can change.
-                    encoded.append(np.frombuffer(read_record(self.store, int(indices[k])), dtype=np.uint8))
-                    break
-                except Exception as exc:  # a read or checksum failure: a bad record, as in every source
-                    self._bad.found(int(indices[k]), exc, plan, k, self._stats)
+        encoded, read = [], self._bad.read
+        for k, index in enumerate(plan.indices.tolist()):
+            try:
+                data = read(index, self._policy)
+            except Exception as exc:  # known bad, or a read or checksum failure: as in every engine
+                indices[k], boxes[k], flips[k], data = self._policy.replace(
+                    plan, k, exc, lambda other, box, flip: (other, box, flip, read(other, self._policy)))
+                labels[k] = self.store.labels[indices[k]]
+            encoded.append(data)
         return _Fed(plan, indices, labels), boxes, flips, encoded
 
     def _recover(self, exc: Exception):
@@ -96,7 +92,9 @@ class DaliBatches:
             raise DecodeError(f"DALI failed on {where} ({dali_reason(exc)}), but each of its records "
                               "decodes on the CPU to the size the store records") from exc
         for k, index, why in found:
-            self._bad.found(index, why, fed.plan, k, self._stats)
+            if self._policy.raises:
+                self._policy.fail(fed.plan, k, why)
+            self._bad.found(index, why, self._policy)
         self._refeed.extendleft(f.plan for f in reversed(failed))
         pipe = self._pipeline()
         pipe.schedule_run()
@@ -105,7 +103,7 @@ class DaliBatches:
     # -- iteration ---------------------------------------------------------------------------
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        self._epoch, self._stats = epoch, stats
+        self._policy = BadRecordPolicy(self.store, self.config.on_error, epoch, stats.ledger)
         self._plans = epoch.batches(self.store.labels, self.store.sizes, start)
         self._stopping = False
         self._refeed.clear()

@@ -9,6 +9,7 @@ import torch
 
 from ..config import LoaderConfig
 from ..errors import BackendUnavailable
+from .normalization import output_dtype, pixel_mean_std
 
 INSTALL = "pip install nvidia-dali-cuda130 (or, from a feedline clone, pip install '.[dali]')"
 
@@ -38,9 +39,8 @@ def build_pipeline(dali: SimpleNamespace, config: LoaderConfig, inputs: Callable
     pipe = dali.Pipeline(batch_size=config.batch_size, num_threads=config.num_threads, device_id=device_id,
                          prefetch_queue_depth=config.prefetch, exec_async=True, exec_pipelined=True,
                          exec_dynamic=True)
-    # (x / 255 - mean) / std on the 0..1 scale is (x - 255 mean) / (255 std) on DALI's 0..255.
-    mean = [255.0 * m for m in out.mean] if out.mean is not None else [0.0]
-    std = [255.0 * s for s in out.std] if out.mean is not None else [1.0]
+    stats = pixel_mean_std(out)  # DALI normalizes on its 0..255 scale
+    mean, std = (stats[0].tolist(), stats[1].tolist()) if stats is not None else ([0.0], [1.0])
     with pipe:
         jpegs, anchors, shapes, mirrors = fn.external_source(
             source=inputs, num_outputs=4, batch=True, dtype=[types.UINT8, types.INT32, types.INT32, types.INT32])
@@ -53,23 +53,18 @@ def build_pipeline(dali: SimpleNamespace, config: LoaderConfig, inputs: Callable
                                          adjust_orientation=False, **decode)
         images = fn.resize(images, size=list(config.augment.size), antialias=True, interp_type=types.INTERP_LINEAR)
         images = fn.crop_mirror_normalize(images, mirror=mirrors, mean=mean, std=std,
-                                          dtype=_dali_dtype(types, out_dtype(config)),
+                                          dtype=dali_dtype(types, output_dtype(out)),
                                           output_layout="HWC" if out.channels_last else "CHW")
         pipe.set_outputs(images)
     pipe.build()
     return pipe
 
 
-def out_dtype(config: LoaderConfig) -> torch.dtype:
-    out = config.output
-    return out.dtype or (torch.uint8 if out.mean is None else torch.float32)
-
-
 def to_torch(dali: SimpleNamespace, batch, config: LoaderConfig, stream) -> torch.Tensor:
     """Copy DALI's output into a tensor torch owns, on the consumer's stream (device to device
     on the GPU), so torch's allocator governs its lifetime."""
     tensor = batch.as_tensor()
-    dtype = out_dtype(config)
+    dtype = output_dtype(config.output)
     native = {torch.uint8: torch.uint8, torch.float16: torch.float16}.get(dtype, torch.float32)
     images = torch.empty(tensor.shape(), dtype=native, device=config.output.device)
     dali.feed_ndarray(tensor, images, cuda_stream=stream)
@@ -86,6 +81,6 @@ def dali_reason(exc: Exception) -> str:
     return lines[-1] if lines else repr(exc)
 
 
-def _dali_dtype(types, dtype: torch.dtype):
+def dali_dtype(types, dtype: torch.dtype):
     # DALI has no bfloat16 (or float64): it writes float32 and torch converts on the output device.
     return {torch.uint8: types.UINT8, torch.float16: types.FLOAT16}.get(dtype, types.FLOAT)

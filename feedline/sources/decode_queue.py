@@ -1,62 +1,54 @@
-"""Decode threads that fill the slots of a batch ring, batch after batch, in order.
+"""Decode threads that fill the batches submitted to them, oldest first.
 
-Concurrency invariant: one Condition guards the plan iterator, the free-slot list,
-the queue of assigned batches and their counters. A worker claims a few samples of the
-oldest unfinished batch under the lock, decodes them with the lock released straight
-into that batch's slot, then reports under the lock. A slot is written only by the
-workers while its batch is being filled and read only by the consumer between
-``next_filled`` and ``release``. No sleeping polls: everyone waits on the Condition.
+Concurrency invariant: one Condition guards the deque of submitted jobs and their counters.
+A worker claims a few samples of the oldest job with samples left under the lock, reads,
+decodes and writes them with the lock released straight into the job's target, then
+reports under the lock. A target is written only by the workers while its job is
+unfinished, and read by the consumer only after ``next_filled`` returned the job. Jobs
+arrive planned (see feed.py): no planning, allocating or waiting on anything but the
+Condition happens here. No sleeping polls: everyone waits on the Condition.
+
+A target is any object with ``labels`` (an int64 array), ``decode_buffer(j)`` (the uint8
+H x W x 3 array sample j is decoded into) and ``write(j, decoded)`` (puts the decoded
+sample into the batch): the ring's slots (ring.py, host_output.py).
 """
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator
 
-from ..choices import OnError
+import numpy as np
+
 from ..decoders.base import Box, Decoder
-from ..plan import BatchPlan, EpochPlan
+from ..plan import BatchPlan
 from ..stats import LoaderStats
-from .records import bad_record, read_record, record_error
-from .ring import BatchRing
+from .policy import BadRecordPolicy
 from .shutdown import close_at_exit
-from .substitute import MAX_ATTEMPTS, substitute_sample
 
-
-_CLAIM = 2          # samples a worker takes at once: fewer lock round trips, still balanced
+CLAIM = 2          # samples a worker takes at once: fewer lock round trips, still balanced
 
 
 @dataclass
-class _Batch:
-    plan: BatchPlan | None     # None: planning the batch failed (``error`` says why)
+class Job:
+    plan: BatchPlan | None     # None: the batch could not be planned (``error`` says why)
+    target: object
     slot: int
     claimed: int = 0
     done: int = 0
     error: BaseException | None = None
-    output: object = None  # the finished batch tensor, when samples are converted here
 
 
 class DecodeQueue:
     """Owns its threads: started in ``__init__``, stopped and joined by ``close()``."""
 
-    def __init__(self, store, decoder: Decoder, ring: BatchRing, plans: Iterator[BatchPlan],
-                 epoch_plan: EpochPlan, num_threads: int, on_error: OnError, stats: LoaderStats,
-                 converter=None):
-        """``converter``, when given, turns each decoded sample into its final form in the
-        decode thread: ``new_batch(n)`` makes a batch's output, ``convert_sample(sample,
-        output, j)`` fills row j (see CpuFinisher)."""
-        self._store, self._decoder, self._ring = store, decoder, ring
-        self._plans = iter(plans)
-        self._epoch_plan = epoch_plan
-        self._on_error = on_error
-        self._stats = stats
-        self._converter = converter
+    def __init__(self, store, decoder: Decoder, policy: BadRecordPolicy, num_threads: int,
+                 stats: LoaderStats):
+        self._store, self._decoder, self._policy, self._stats = store, decoder, policy, stats
         self._cond = threading.Condition()
-        self._free = collections.deque(range(ring.slots))
-        self._assigned: collections.deque[_Batch] = collections.deque()
-        self._plans_done = False
+        self._jobs: collections.deque[Job] = collections.deque()
         self._closed = False
         self._threads = [threading.Thread(target=self._work, name=f"feedline-decode-{i}", daemon=True)
                          for i in range(num_threads)]
@@ -65,26 +57,30 @@ class DecodeQueue:
         close_at_exit(self)
 
     # -- consumer side -------------------------------------------------------------
-    def next_filled(self, block: bool = True) -> _Batch | None:
-        """The oldest batch once all its samples are decoded; None at the end of the
-        plans (or, with block=False, when it is not ready yet). Raises a worker's error."""
+    def submit(self, plan: BatchPlan, target, slot: int) -> None:
+        """Fill ``target`` with the samples of ``plan`` (its labels are already there)."""
+        with self._cond:
+            self._jobs.append(Job(plan, target, slot))
+            self._cond.notify_all()
+
+    def fail(self, error: BaseException) -> None:
+        """The next batch cannot be made: the consumer gets ``error`` after the batches before it."""
+        with self._cond:
+            self._jobs.append(Job(None, None, -1, error=error))
+            self._cond.notify_all()
+
+    def next_filled(self, block: bool = True) -> Job | None:
+        """The oldest job once all its samples are written; None when nothing is submitted
+        (or, with block=False, when it is not ready yet). Raises a worker's error."""
         with self._cond:
             while True:
-                if self._assigned and self._assigned[0].error is not None:
-                    raise self._assigned[0].error
-                if self._assigned and self._assigned[0].done == len(self._assigned[0].plan):
-                    return self._assigned.popleft()
-                if (self._plans_done and not self._assigned) or self._closed:
-                    return None
-                if not block:
+                if self._jobs and self._jobs[0].error is not None:
+                    raise self._jobs[0].error
+                if self._jobs and self._jobs[0].done == len(self._jobs[0].plan):
+                    return self._jobs.popleft()
+                if not self._jobs or self._closed or not block:
                     return None
                 self._cond.wait()
-
-    def release(self, slot: int) -> None:
-        """The consumer is done with ``slot``; workers may refill it."""
-        with self._cond:
-            self._free.append(slot)
-            self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:
@@ -94,37 +90,26 @@ class DecodeQueue:
             if t is not threading.current_thread():
                 t.join()
 
+    def __enter__(self) -> "DecodeQueue":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # -- worker side ---------------------------------------------------------------
-    def _claim(self):
-        """Under the lock: (batch, first, stop) of samples to decode, or None to exit."""
+    def _claim(self) -> tuple[Job, int, int] | None:
+        """Under the lock: (job, first, stop) of samples to decode, or None to exit."""
         while not self._closed:
-            for batch in self._assigned:
-                if batch.error is None and batch.claimed < len(batch.plan):
-                    first = batch.claimed
-                    batch.claimed = min(first + _CLAIM, len(batch.plan))
-                    return batch, first, batch.claimed
-            if self._free and not self._plans_done:
-                try:
-                    plan = next(self._plans)
-                    output = self._converter.new_batch(len(plan)) if self._converter else None
-                except StopIteration:
-                    self._plans_done = True
-                    self._cond.notify_all()
-                    continue
-                except BaseException as exc:  # planning or allocating a batch failed: the consumer hears it in order
-                    self._plans_done = True
-                    self._assigned.append(_Batch(None, -1, error=exc))
-                    self._cond.notify_all()
-                    continue
-                slot = self._free.popleft()
-                self._ring.labels_np[slot, :len(plan)] = plan.labels
-                self._assigned.append(_Batch(plan, slot, output=output))
-                continue
+            for job in self._jobs:
+                if job.error is None and job.claimed < len(job.plan):
+                    first = job.claimed
+                    job.claimed = min(first + CLAIM, len(job.plan))
+                    return job, first, job.claimed
             self._cond.wait()
         return None
 
     def _work(self) -> None:
-        times = [0.0, 0.0, 0.0]  # read, decode, convert: summed here, reported per claim
+        times = [0.0, 0.0, 0.0]  # read, decode, write: summed here, reported per claim
         while True:
             with self._cond:
                 if any(times):
@@ -133,56 +118,38 @@ class DecodeQueue:
                 claim = self._claim()
             if claim is None:
                 return
-            batch, first, stop = claim
+            job, first, stop = claim
             error = None
             for j in range(first, stop):
                 try:
-                    for k, spent in enumerate(self._fill(batch, j)):
+                    for k, spent in enumerate(self._fill(job, j)):
                         times[k] += spent
                 except BaseException as exc:  # reaches the consumer, with index and path
                     error = exc
                     break
             with self._cond:
-                if error is not None and batch.error is None:
-                    batch.error = error
-                batch.done += stop - first
-                if batch.error is not None or batch.done == len(batch.plan):
+                if error is not None and job.error is None:
+                    job.error = error
+                job.done += stop - first
+                if job.error is not None or job.done == len(job.plan):
                     self._cond.notify_all()
 
-    def _fill(self, batch: _Batch, j: int) -> tuple[float, float, float]:
-        plan = batch.plan
-        index = int(plan.indices[j])
-        out = self._ring.images_np[batch.slot, j]
+    def _fill(self, job: Job, j: int) -> tuple[float, float, float]:
+        plan, target = job.plan, job.target
+        out = target.decode_buffer(j)
         t0 = time.perf_counter()
         try:
-            data = read_record(self._store, index)
+            data = self._store.read_checked(int(plan.indices[j]))
             t1 = time.perf_counter()
             self._decoder.decode_into(data, Box(*plan.boxes[j]), bool(plan.flips[j]), out)
         except Exception as exc:
-            if self._on_error is OnError.RAISE:
-                self._stats.ledger.add(bad_record(self._store, plan, j, exc, None))
-                raise record_error(self._store, index, exc) from exc
-            self._substitute(batch, j, exc)
+            target.labels[j] = self._policy.replace(plan, j, exc, functools.partial(self._decode_other, out))
             t1 = t0
         t2 = time.perf_counter()
-        if self._converter is not None:
-            self._converter.convert_sample(out, batch.output, j)
+        target.write(j, out)
         return t1 - t0, t2 - t1, time.perf_counter() - t2
 
-    def _substitute(self, batch: _Batch, j: int, error: Exception) -> None:
-        """Fill slot j with another record chosen by a pure function of (seed, epoch, index),
-        the same rule as every source, with the crop and flip it has as an ordinary sample."""
-        ep, store, plan = self._epoch_plan, self._store, batch.plan
-        index = int(plan.indices[j])
-        for attempt in range(MAX_ATTEMPTS):
-            other, box, flip = substitute_sample(ep.spec, ep.seed, ep.epoch, index, attempt, store.sizes)
-            try:
-                self._decoder.decode_into(read_record(store, other), Box(*box), flip,
-                                          self._ring.images_np[batch.slot, j])
-            except Exception:
-                continue
-            self._ring.labels_np[batch.slot, j] = store.label(other)
-            self._stats.ledger.add(bad_record(store, plan, j, error, other))
-            return
-        self._stats.ledger.add(bad_record(store, plan, j, error, None))
-        raise record_error(store, index, error)
+    def _decode_other(self, out: np.ndarray, index: int, box: np.ndarray, flip: bool) -> int:
+        """Decode record ``index`` with its own crop and flip into ``out`` (a substitute); its label."""
+        self._decoder.decode_into(self._store.read_checked(index), Box(*box), flip, out)
+        return self._store.label(index)

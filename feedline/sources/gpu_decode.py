@@ -20,15 +20,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..choices import OnError
 from ..config import LoaderConfig
 from ..decoders.base import Box
 from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
 from .background import ahead
-from .prefetcher import _normalizer
-from .records import bad_record, read_record, record_error
-from .substitute import MAX_ATTEMPTS, substitute_sample
+from .normalization import layout_of, normalize_batch
+from .policy import BadRecordPolicy
+
 
 class GpuDecodeBatches:
     """A BatchSource on nvImageCodec's GPU decoders.
@@ -53,38 +52,25 @@ class GpuDecodeBatches:
         self._nv = nv
         self._cpu = get_decoder("auto")
         self._stream = torch.cuda.Stream(device=self.device)
-        self._norm = _normalizer(config.output, self.device)
 
     # -- one batch, on the producer thread --------------------------------------------
 
-    def _read(self, plan: BatchPlan, epoch: EpochPlan, stats: LoaderStats):
+    def _read(self, plan: BatchPlan, policy: BadRecordPolicy):
         """Per sample: (index, bytes, box, flip, label), substitutes in place of records whose
         bytes cannot be read."""
         samples = []
         for k, index in enumerate(plan.indices.tolist()):
             box, flip = Box(*plan.boxes[k]), bool(plan.flips[k])
             try:
-                samples.append((index, read_record(self.store, index), box, flip, int(plan.labels[k])))
-            except Exception as exc:  # a read or checksum failure: a bad record, as in every source
-                samples.append(self._substitute(plan, k, exc, epoch, stats))
+                samples.append((index, self.store.read_checked(index), box, flip, int(plan.labels[k])))
+            except Exception as exc:  # a read or checksum failure: a bad record, as in every engine
+                samples.append(policy.replace(plan, k, exc, self._cpu_sample))
         return samples
 
-    def _substitute(self, plan: BatchPlan, k: int, error: BaseException, epoch: EpochPlan,
-                    stats: LoaderStats):
-        index = int(plan.indices[k])
-        if self.config.on_error is OnError.SUBSTITUTE:
-            for attempt in range(MAX_ATTEMPTS):
-                sub, box, flip = substitute_sample(epoch.spec, epoch.seed, epoch.epoch, index, attempt,
-                                                   self.store.sizes)
-                try:
-                    data = read_record(self.store, sub)
-                    image = self._cpu_crop(data, Box(*box))  # proves the substitute decodes
-                except Exception:
-                    continue
-                stats.ledger.add(bad_record(self.store, plan, k, error, sub))
-                return sub, image, Box(0, 0, *image.shape[:2]), flip, self.store.label(sub)
-        stats.ledger.add(bad_record(self.store, plan, k, error, None))
-        raise record_error(self.store, index, error)
+    def _cpu_sample(self, index: int, box, flip: bool):
+        """A substitute as a sample, decoded on the CPU (which proves it decodes) and cropped."""
+        image = self._cpu_crop(self.store.read_checked(index), Box(*box))
+        return index, image, Box(0, 0, *image.shape[:2]), flip, self.store.label(index)
 
     def _cpu_crop(self, data, box: Box) -> np.ndarray:
         """The crop of a record decoded on the CPU, as H x W x 3 uint8 (already cropped)."""
@@ -113,18 +99,17 @@ class GpuDecodeBatches:
             images[k] = image
         return images
 
-    def _finish(self, plan: BatchPlan, epoch: EpochPlan, stats: LoaderStats):
+    def _finish(self, plan: BatchPlan, policy: BadRecordPolicy, stats: LoaderStats):
         t0 = time.perf_counter()
-        samples = self._read(plan, epoch, stats)
+        samples = self._read(plan, policy)
         t1 = time.perf_counter()
         images = self._decode(samples)
         stats.add(read_s=t1 - t0, decode_s=time.perf_counter() - t1)  # decode: enqueue and host-side time
         c = self.config
         h, w = c.augment.size
-        layout = torch.channels_last if c.output.channels_last else torch.contiguous_format
         with torch.cuda.stream(self._stream):
             batch = torch.empty((len(samples), 3, h, w), dtype=torch.float32, device=self.device,
-                                memory_format=layout)
+                                memory_format=layout_of(c.output))
             labels = torch.empty(len(samples), dtype=torch.int64)
             for k, (index, data, box, flip, label) in enumerate(samples):
                 image = images[k]
@@ -132,29 +117,22 @@ class GpuDecodeBatches:
                     try:
                         image = self._cpu_crop(data, box)
                     except Exception as exc:
-                        index, image, _, flip, label = self._substitute(plan, k, exc, epoch, stats)
+                        index, image, _, flip, label = policy.replace(plan, k, exc, self._cpu_sample)
                 crop = torch.as_tensor(image, device=self.device).permute(2, 0, 1).unsqueeze(0).float()
                 resized = F.interpolate(crop, size=(h, w), mode="bilinear", antialias=True, align_corners=False)
                 batch[k] = resized[0].flip(-1) if flip else resized[0]
                 labels[k] = label
-            batch = self._normalize(batch.clamp_(0, 255))
+            batch = normalize_batch(batch.clamp_(0, 255), c.output)
             labels = labels.to(self.device, non_blocking=True)
             ready = torch.cuda.Event()
             ready.record(self._stream)
         return batch, labels, ready, images  # images: kept alive until the next decode call
 
-    def _normalize(self, batch: torch.Tensor) -> torch.Tensor:
-        out = self.config.output
-        if self._norm is None:
-            return batch.round_().to(torch.uint8)
-        scale, bias = self._norm
-        batch.mul_(scale).add_(bias)
-        return batch if out.dtype in (None, torch.float32) else batch.to(out.dtype)
-
     # -- the protocol -------------------------------------------------------------------
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        finished = (self._finish(plan, epoch, stats)
+        policy = BadRecordPolicy(self.store, self.config.on_error, epoch, stats.ledger)
+        finished = (self._finish(plan, policy, stats)
                     for plan in epoch.batches(self.store.labels, self.store.sizes, start))
         for images, labels, event, _ in ahead(finished, self.config.prefetch, "feedline-gpu-decode"):
             current = torch.cuda.current_stream(self.device)

@@ -25,31 +25,9 @@ import torch
 
 from ..config import OutputSpec
 from ..stats import LoaderStats
-from .decode_queue import DecodeQueue
-from .ring import BatchRing
-
-
-def _normalizer(output: OutputSpec, device) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(scale, bias) with x * scale + bias == (x / 255 - mean) / std, or None for uint8 output."""
-    if output.mean is None:
-        return None
-    mean = torch.tensor(output.mean, dtype=torch.float32, device=device).view(1, 3, 1, 1)
-    std = torch.tensor(output.std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
-    return 1.0 / (255.0 * std), -mean / std
-
-
-def convert(images_nhwc: torch.Tensor, output: OutputSpec, norm) -> torch.Tensor:
-    """uint8 NHWC -> NCHW in output.dtype, normalized; a new tensor, never a view of the input."""
-    x = images_nhwc.permute(0, 3, 1, 2)  # NCHW view whose memory is channels_last
-    layout = torch.channels_last if output.channels_last else torch.contiguous_format
-    if norm is None:
-        return x.clone(memory_format=layout)
-    scale, bias = norm
-    y = torch.empty(x.shape, dtype=torch.float32, device=x.device, memory_format=layout)
-    torch.mul(x, scale, out=y)  # computed in float32, then cast: bf16 loses no more than its own rounding
-    y.add_(bias)
-    dtype = output.dtype or torch.float32
-    return y if dtype == torch.float32 else y.to(dtype)
+from .feed import Feed
+from .normalization import normalize_batch
+from .ring import StagingRing
 
 
 @dataclass
@@ -64,13 +42,10 @@ class Pending:
 class CudaPrefetcher:
     """Copy and normalize on a side stream; the consumer's stream waits on an event."""
 
-    sample_converter = None  # the decode threads write uint8; conversion happens on the GPU
-
     def __init__(self, output: OutputSpec):
         self.output = output
         self.device = torch.device(output.device)
         self.stream = torch.cuda.Stream(device=self.device)
-        self._norm = _normalizer(output, self.device)  # created on the device once
 
     def submit(self, images: torch.Tensor, labels: torch.Tensor, slot: int) -> Pending:
         # No wait on the consumer's stream: that would serialize this copy behind the step
@@ -81,7 +56,7 @@ class CudaPrefetcher:
             labels_gpu = labels.to(self.device, non_blocking=True)
             copied = torch.cuda.Event()
             copied.record(self.stream)
-            out = convert(images_gpu, self.output, self._norm)
+            out = normalize_batch(images_gpu.permute(0, 3, 1, 2), self.output)  # NHWC memory seen as NCHW
             ready = torch.cuda.Event()
             ready.record(self.stream)
         return Pending(out, labels_gpu, slot, copied, ready)
@@ -93,7 +68,7 @@ class CudaPrefetcher:
         pending.labels.record_stream(current)
         return pending.images, pending.labels
 
-    def deliver(self, queue: DecodeQueue, ring: BatchRing, stats: LoaderStats) -> Iterator:
+    def deliver(self, queue: Feed, ring: StagingRing, stats: LoaderStats) -> Iterator:
         """Batch k+1 is copied and normalized on the side stream while step k runs."""
         inflight = collections.deque()   # submitted, not yet handed out
         copying = collections.deque()    # slots whose host-to-device copy may still run

@@ -87,8 +87,10 @@ class ReadAhead:
     so far, set by ``follow`` in whichever thread draws the plans) and ``_closed``; the
     hint thread waits on it and calls the store with the lock released."""
 
-    def __init__(self, store, epoch: EpochPlan, start: int):
-        self._store, self._epoch, self._start = store, epoch, start
+    def __init__(self, store, epoch: EpochPlan, start: int, samples: np.ndarray | None = None):
+        """``samples``: ``epoch.samples(len(store))`` when the caller has it (computed once
+        per epoch, for the plans too); computed on the hint thread otherwise."""
+        self._store, self._epoch, self._start, self._samples = store, epoch, start, samples
         self._ahead = max(epoch.batch_size, epoch.block * epoch.window // max(epoch.world_size, 1))
         self._cond = threading.Condition()
         self._planned = 0
@@ -108,7 +110,8 @@ class ReadAhead:
     def _run(self) -> None:
         store, epoch = self._store, self._epoch
         try:
-            samples = epoch.samples(len(store))[self._start * epoch.batch_size:]
+            samples = self._samples if self._samples is not None else epoch.samples(len(store))
+            samples = samples[self._start * epoch.batch_size:]
             schedule = Schedule(samples, epoch.block)
             done = 0
             while done < len(schedule):
@@ -169,9 +172,10 @@ class NoReadAhead:
         pass
 
 
-def read_ahead(store, epoch: EpochPlan, start: int) -> ReadAhead | NoReadAhead:
+def read_ahead(store, epoch: EpochPlan, start: int, samples: np.ndarray | None = None) -> ReadAhead | NoReadAhead:
     """The read-ahead for ``epoch`` from batch ``start`` on: hints for quasi-random and
-    sequential orders over stores that can take them, nothing otherwise."""
+    sequential orders over stores that can take them, nothing otherwise. ``samples`` as
+    for ReadAhead."""
     if epoch.order is Order.RANDOM or len(store) == 0 or not store.byte_ranges(0, 1):
         return NoReadAhead()  # scattered reads, or a store that cannot say where records lie (folders)
-    return ReadAhead(store, epoch, start)
+    return ReadAhead(store, epoch, start, samples)

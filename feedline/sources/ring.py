@@ -1,15 +1,31 @@
-"""A fixed ring of batch buffers: uint8 N x H x W x 3 images and int64 labels per slot.
+"""The ring of batch buffers the decode threads write into, one batch per slot, for the
+CUDA prefetcher: uint8 N x H x W x 3 images and int64 labels, pinned.
 
-Allocated once, pinned when batches go to a CUDA device, so memory stays constant
-however long the run. Decode threads write samples straight into a slot.
+Allocated once, so memory stays constant however long the run. A slot goes back to the
+decode threads only once its host-to-device copy has finished (the prefetcher says when).
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
-class BatchRing:
-    def __init__(self, slots: int, batch_size: int, size: tuple[int, int], pin: bool):
+class StagingTarget:
+    """Slot ``slot`` of a StagingRing as the decode threads see it: they decode into it."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray):
+        self._images = images
+        self.labels = labels
+
+    def decode_buffer(self, j: int) -> np.ndarray:
+        return self._images[j]
+
+    def write(self, j: int, decoded: np.ndarray) -> None:
+        """Nothing to do: the sample was decoded in place; the GPU normalizes the batch."""
+
+
+class StagingRing:
+    def __init__(self, slots: int, batch_size: int, size: tuple[int, int], pin: bool = True):
         h, w = size
         self.images = torch.empty((slots, batch_size, h, w, 3), dtype=torch.uint8, pin_memory=pin)
         self.labels = torch.empty((slots, batch_size), dtype=torch.int64, pin_memory=pin)
@@ -17,3 +33,6 @@ class BatchRing:
         self.images_np = self.images.numpy()
         self.labels_np = self.labels.numpy()
         self.slots = slots
+
+    def target(self, slot: int) -> StagingTarget:
+        return StagingTarget(self.images_np[slot], self.labels_np[slot])

@@ -2,8 +2,8 @@
 
 A loader left mid-epoch when a program ends still has decode threads inside native code
 (OpenCV, libjpeg-turbo, torch); if Python finalizes with them running, the native
-libraries' thread pools are destroyed under them and the process aborts ("terminate called
-without an active exception", 5 runs of 6 here). Every thread owner registers itself here,
+libraries' thread pools are destroyed under them and the process can abort ("terminate
+called without an active exception"). Every thread owner registers itself here,
 and is closed (its threads stopped and joined) at exit, before finalization.
 """
 from __future__ import annotations

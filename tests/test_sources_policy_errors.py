@@ -1,4 +1,4 @@
-"""The error of a bad record, as the consumer reads it: one sentence per part, whoever wrote the
+"""BadRecordPolicy's error for a bad record, as the consumer reads it: one sentence per part, whoever wrote the
 detail."""
 from __future__ import annotations
 

@@ -1,0 +1,110 @@
+"""From decoded uint8 pixels to what the consumer receives: (x / 255 - mean) / std in
+the output's dtype and memory layout, or the uint8 pixels themselves when mean is None.
+
+One function per device, both from the same constants: ``HostNormalizer`` maps one
+sample at a time on the host with a lookup table (cv2.LUT), in the decode thread that
+decoded it while the sample is still in cache; ``normalize_batch`` maps a whole batch
+with torch on any device (the CUDA prefetcher, the GPU decoder). DALI normalizes inside
+its own pipeline with ``pixel_mean_std``.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+import torch
+
+from ..config import OutputSpec
+
+
+def output_dtype(output: OutputSpec) -> torch.dtype:
+    """The dtype the consumer receives. Transitional: once the config resolves dtype=None
+    when it is built, this is ``output.dtype`` and can go."""
+    if output.dtype is not None:
+        return output.dtype
+    return torch.uint8 if output.mean is None else torch.float32
+
+
+def layout_of(output: OutputSpec) -> torch.memory_format:
+    return torch.channels_last if output.channels_last else torch.contiguous_format
+
+
+def pixel_mean_std(output: OutputSpec) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per-channel mean and std on the 0..255 scale (float64): (x - mean) / std equals
+    (x / 255 - output.mean) / output.std. None when the output is uint8 pixels."""
+    if output.mean is None:
+        return None
+    return 255.0 * np.asarray(output.mean, dtype=np.float64), 255.0 * np.asarray(output.std, dtype=np.float64)
+
+
+class HostNormalizer:
+    """The host's function: one H x W x 3 uint8 sample into one C x H x W row of a batch."""
+
+    def __init__(self, output: OutputSpec):
+        self.dtype = output_dtype(output)
+        self._table = None  # uint8 level -> normalized float32, per channel, as cv2.LUT takes it
+        if output.mean is not None:
+            levels = np.arange(256, dtype=np.float64)[:, None] / 255.0
+            table = (levels - np.array(output.mean)) / np.array(output.std)
+            self._table = table.astype(np.float32).reshape(1, 256, 3)
+        # Written straight into the row when its memory is H x W x C in a dtype cv2 writes.
+        self._direct = output.channels_last and self.dtype in (torch.float32, torch.uint8)
+        self._scratch = threading.local()
+
+    @property
+    def in_place(self) -> bool:
+        """Whether a row is the sample itself (uint8, channels_last): decode into the row."""
+        return self._direct and self._table is None
+
+    def row_pixels(self, row: torch.Tensor) -> np.ndarray:
+        """The H x W x 3 array that is ``row`` (C x H x W, channels_last memory)."""
+        return row.permute(1, 2, 0).numpy()
+
+    def __call__(self, sample: np.ndarray, row: torch.Tensor) -> None:
+        """Write ``sample`` into ``row``, normalized and cast."""
+        import cv2
+        if self._direct:
+            dst = self.row_pixels(row)
+            if self._table is None:
+                np.copyto(dst, sample)
+            elif cv2.LUT(sample, self._table, dst=dst) is not dst:
+                raise RuntimeError("cv2.LUT did not write into the batch")
+            return
+        converted = sample
+        if self._table is not None:
+            converted = getattr(self._scratch, "buffer", None)
+            if converted is None or converted.shape != sample.shape:
+                converted = self._scratch.buffer = np.empty(sample.shape, dtype=np.float32)
+            cv2.LUT(sample, self._table, dst=converted)
+        row.copy_(torch.from_numpy(converted).permute(2, 0, 1))
+
+
+@functools.lru_cache(maxsize=16)
+def _scale_bias(mean: tuple, std: tuple, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, bias) on ``device`` with x * scale + bias == (x / 255 - mean) / std; made once
+    per device, since making them is a host-to-device copy."""
+    mean_t = torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1)
+    std_t = torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1)
+    scale, bias = (1.0 / (255.0 * std_t)).to(device), (-mean_t / std_t).to(device)
+    if device.type == "cuda":  # cached for every stream: the copies must be done before any reads them
+        torch.cuda.current_stream(device).synchronize()
+    return scale, bias
+
+
+def normalize_batch(images: torch.Tensor, output: OutputSpec) -> torch.Tensor:
+    """The device's function: an N x C x H x W batch of pixel values (uint8, or float on the
+    0..255 scale) -> a new tensor in the output's dtype and layout, normalized (computed in
+    float32, then cast: bfloat16 loses no more than its own rounding). Never a view of
+    ``images``."""
+    layout = layout_of(output)
+    if output.mean is None:
+        if images.dtype == torch.uint8:
+            return images.clone(memory_format=layout)
+        return images.round().clamp_(0, 255).to(torch.uint8, memory_format=layout)
+    scale, bias = _scale_bias(tuple(output.mean), tuple(output.std), images.device)
+    y = torch.empty(images.shape, dtype=torch.float32, device=images.device, memory_format=layout)
+    torch.mul(images, scale, out=y)
+    y.add_(bias)
+    dtype = output_dtype(output)
+    return y if dtype == torch.float32 else y.to(dtype)

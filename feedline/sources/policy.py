@@ -1,0 +1,84 @@
+"""What happens to a bad record, in every engine: one policy, so that a damaged data set
+reads the same (the same error, the same substitutes, the same ledger) whichever engine
+decodes it.
+
+A record is bad when its bytes cannot be read, fail their checksum, or do not decode.
+With ``on_error="raise"`` the consumer gets a DecodeError naming the record's index and
+source path; with ``on_error="substitute"`` the sample is replaced by the first of a fixed
+sequence of other records (substitute.py: a pure function of seed, epoch and index) that
+the engine can deliver. Either way the ledger gets one entry for the sample.
+"""
+from __future__ import annotations
+
+from typing import Callable, NoReturn, TypeVar
+
+import numpy as np
+
+from ..choices import OnError
+from ..errors import DecodeError
+from ..ledger import BadRecord, BadRecordLedger, reason_of
+from ..plan import BatchPlan, EpochPlan
+from .substitute import MAX_ATTEMPTS, substitute_sample
+
+T = TypeVar("T")
+
+# An engine's way of delivering a substitute: (record, crop box, flip) -> what it made of it,
+# raising when that record fails too.
+Attempt = Callable[[int, np.ndarray, bool], T]
+
+
+def record_error(store, index: int, error: BaseException) -> DecodeError:
+    """The error a bad record raises in the consumer: its index, source path and file, why,
+    and what to do."""
+    if isinstance(error, DecodeError) and error.index == index:
+        return error
+    path, detail = store.path(index), str(error)
+    stop = "" if detail.endswith(".") else "."   # a store's message ends with its own full stop
+    return DecodeError(f"record {index} ({path}) of {store.filename}: {reason_of(error)}: {detail}{stop} "
+                       "Check the file with `feedline verify`, or pass on_error='substitute'.",
+                       index=index, path=path)
+
+
+def bad_record(store, plan: BatchPlan, position: int, error: BaseException,
+               substitute: int | None) -> BadRecord:
+    """The ledger entry for sample ``position`` of ``plan``."""
+    index = int(plan.indices[position])
+    return BadRecord(epoch=plan.epoch, batch=plan.number, position=position, index=index,
+                     path=store.path(index), reason=reason_of(error), detail=str(error),
+                     substitute=substitute)
+
+
+class BadRecordPolicy:
+    """The rule for bad records of one run (one epoch of one engine). Thread-safe: it holds
+    no state of its own beyond the ledger, which is."""
+
+    def __init__(self, store, on_error: OnError, epoch: EpochPlan, ledger: BadRecordLedger):
+        self.store, self.on_error, self.epoch, self.ledger = store, on_error, epoch, ledger
+
+    @property
+    def raises(self) -> bool:
+        return self.on_error is OnError.RAISE
+
+    def fail(self, plan: BatchPlan, position: int, error: BaseException) -> NoReturn:
+        """Sample ``position`` of ``plan`` cannot be delivered: into the ledger, then raised."""
+        self.ledger.add(bad_record(self.store, plan, position, error, None))
+        raised = record_error(self.store, int(plan.indices[position]), error)
+        if raised is error:
+            raise error
+        raise raised from error
+
+    def replace(self, plan: BatchPlan, position: int, error: BaseException, attempt: Attempt) -> T:
+        """Sample ``position`` of ``plan`` is bad (``error``): raise it, or return what
+        ``attempt`` makes of the first substitute it can deliver (the ledger names that one)."""
+        if self.raises:
+            self.fail(plan, position, error)
+        ep, index = self.epoch, int(plan.indices[position])
+        for n in range(MAX_ATTEMPTS):
+            other, box, flip = substitute_sample(ep.spec, ep.seed, ep.epoch, index, n, self.store.sizes)
+            try:
+                made = attempt(other, box, flip)
+            except Exception:  # this substitute is bad too: the rule's next one
+                continue
+            self.ledger.add(bad_record(self.store, plan, position, error, other))
+            return made
+        self.fail(plan, position, error)
