@@ -111,7 +111,7 @@ def test_float_pixels_normalize_as_their_uint8_values(photo_folder, output):
         below = normalize_batch(pixels.clamp(max=254), output).float()
         above = normalize_batch(pixels.clamp(max=254) + 1, output).float()
         assert bool(((shifted.float() >= below - 1e-2) & (shifted.float() <= above + 1e-2)).all())
-        assert shifted.dtype == (output.dtype or torch.float32)
+        assert shifted.dtype == output.dtype
 
 
 # -- on a GPU -------------------------------------------------------------------------------

@@ -172,13 +172,6 @@ def test_the_checker_sees_a_circle(tmp_path):
     assert circles({"p": {"p.x"}, "p.x": {"p"}}) == []   # a package and its own submodule
 
 
-# Private names used across modules, to be fixed by the work in progress that owns these files
-# (issue 19, items 3 and 4): TEMPORARY, the coordinator empties this list once that work is merged.
-PRIVATE_USE_ALLOWED_FOR_NOW = {
-    "feedline.sources.gpu_decode imports feedline.sources.prefetcher._normalizer",
-}
-
-
 def private_uses(name: str, path: Path, known: dict) -> list[str]:
     """Each private name (``_x``, not ``__x__``) of another project module that ``name`` uses:
     ``from .m import _x``, or ``m._x`` where ``m`` names a module it imported."""
@@ -219,7 +212,7 @@ def test_no_module_uses_another_modules_private_names():
     needs a public name (or the code belongs where the name is)."""
     known = modules()
     found = [use for name, path in known.items() for use in private_uses(name, path, known)]
-    assert [use for use in found if use not in PRIVATE_USE_ALLOWED_FOR_NOW] == []
+    assert found == []
 
 
 def test_the_private_name_checker_sees_both_forms(tmp_path):

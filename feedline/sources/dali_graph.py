@@ -9,7 +9,7 @@ import torch
 
 from ..config import LoaderConfig
 from ..errors import BackendUnavailable
-from .normalization import output_dtype, pixel_mean_std
+from .normalization import pixel_mean_std
 
 INSTALL = "pip install nvidia-dali-cuda130 (or, from a feedline clone, pip install '.[dali]')"
 
@@ -53,7 +53,7 @@ def build_pipeline(dali: SimpleNamespace, config: LoaderConfig, inputs: Callable
                                          adjust_orientation=False, **decode)
         images = fn.resize(images, size=list(config.augment.size), antialias=True, interp_type=types.INTERP_LINEAR)
         images = fn.crop_mirror_normalize(images, mirror=mirrors, mean=mean, std=std,
-                                          dtype=dali_dtype(types, output_dtype(out)),
+                                          dtype=dali_dtype(types, out.dtype),
                                           output_layout="HWC" if out.channels_last else "CHW")
         pipe.set_outputs(images)
     pipe.build()
@@ -64,7 +64,7 @@ def to_torch(dali: SimpleNamespace, batch, config: LoaderConfig, stream) -> torc
     """Copy DALI's output into a tensor torch owns, on the consumer's stream (device to device
     on the GPU), so torch's allocator governs its lifetime."""
     tensor = batch.as_tensor()
-    dtype = output_dtype(config.output)
+    dtype = config.output.dtype
     native = {torch.uint8: torch.uint8, torch.float16: torch.float16}.get(dtype, torch.float32)
     images = torch.empty(tensor.shape(), dtype=native, device=config.output.device)
     dali.feed_ndarray(tensor, images, cuda_stream=stream)

@@ -18,14 +18,6 @@ import torch
 from ..config import OutputSpec
 
 
-def output_dtype(output: OutputSpec) -> torch.dtype:
-    """The dtype the consumer receives. Transitional: once the config resolves dtype=None
-    when it is built, this is ``output.dtype`` and can go."""
-    if output.dtype is not None:
-        return output.dtype
-    return torch.uint8 if output.mean is None else torch.float32
-
-
 def layout_of(output: OutputSpec) -> torch.memory_format:
     return torch.channels_last if output.channels_last else torch.contiguous_format
 
@@ -42,7 +34,7 @@ class HostNormalizer:
     """The host's function: one H x W x 3 uint8 sample into one C x H x W row of a batch."""
 
     def __init__(self, output: OutputSpec):
-        self.dtype = output_dtype(output)
+        self.dtype = output.dtype
         self._table = None  # uint8 level -> normalized float32, per channel, as cv2.LUT takes it
         if output.mean is not None:
             levels = np.arange(256, dtype=np.float64)[:, None] / 255.0
@@ -106,5 +98,5 @@ def normalize_batch(images: torch.Tensor, output: OutputSpec) -> torch.Tensor:
     y = torch.empty(images.shape, dtype=torch.float32, device=images.device, memory_format=layout)
     torch.mul(images, scale, out=y)
     y.add_(bias)
-    dtype = output_dtype(output)
+    dtype = output.dtype
     return y if dtype == torch.float32 else y.to(dtype)
