@@ -168,10 +168,16 @@ def _check_out(out: str, options: PackOptions) -> None:
     if os.path.lexists(out) and not options.overwrite:
         raise PackError(f"{out} already exists; pass --overwrite to replace it "
                         "(the old file stays until the new one is complete)")
+    folder = os.path.dirname(out)
     try:
-        os.makedirs(os.path.dirname(out), exist_ok=True)
+        os.makedirs(folder, exist_ok=True)
     except OSError as exc:
-        raise PackError(f"{os.path.dirname(out)}: cannot create the output folder ({exc.strerror})") from None
+        above = folder
+        while not os.path.lexists(above):
+            above = os.path.dirname(above)
+        why = f"{above} is a file, not a folder" if not os.path.isdir(above) else exc.strerror
+        raise PackError(f"{folder}: cannot create the output folder ({why}); "
+                        "choose a writable place for OUT") from None
 
 
 def _consume(scan: ScanResult, writer: Writer, options: PackOptions, tally: _Tally,

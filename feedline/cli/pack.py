@@ -99,10 +99,12 @@ def run(args) -> int:
     from converters.options import parse_shard_size
 
     from ..errors import FeedlineError
+    from .unwritable import writing_to
     if args.join:
         if args.src is None or args.out is not None:
             raise FeedlineError("--join takes OUT alone: feedline pack --join OUT.lmdb")
-        path = join_shards(args.src)
+        with writing_to(args.src):
+            path = join_shards(args.src)
         if not args.quiet:
             print(f"wrote {path}")
         return 0
@@ -114,7 +116,8 @@ def run(args) -> int:
                           check=args.check, space_check=args.space_check, jobs=args.jobs, resume=args.resume,
                           overwrite=args.overwrite, progress=not args.quiet, num_shards=args.num_shards,
                           shard_index=args.shard_index, shuffle=args.shuffle, **sharding)
-    report = pack(args.src, args.out, options)
+    with writing_to(args.out):
+        report = pack(args.src, args.out, options)
     if not args.quiet:
         print("\n".join(report.summary_lines()))
     return 0

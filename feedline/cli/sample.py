@@ -25,14 +25,16 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from ..errors import FeedlineError
     from ..sample import make_photo_folder
+    from .unwritable import writing_to
     if args.n < 1:
         raise FeedlineError(f"-n {args.n}: a sample needs at least one image")
     if args.classes < 1:
         raise FeedlineError(f"--classes {args.classes}: a sample needs at least one class")
     _check_out(args.out, args.merge)
     print(f"sample: writing {args.n:,} images in {args.classes} classes into {args.out}", file=sys.stderr)
-    summary = make_photo_folder(args.out, n=args.n, classes=args.classes, seed=args.seed,
-                                photo_per_class=args.photo_per_class, on_progress=_progress_printer(args.n))
+    with writing_to(args.out):
+        summary = make_photo_folder(args.out, n=args.n, classes=args.classes, seed=args.seed,
+                                    photo_per_class=args.photo_per_class, on_progress=_progress_printer(args.n))
     print(f"{summary['images']} images in {summary['classes']} classes, "
           f"{summary['mean_kib']:.1f} KiB mean -> {args.out}")
     return 0

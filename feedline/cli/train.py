@@ -40,9 +40,11 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from ..train import train
+    from .unwritable import writing_to
     cfg = config_from_args(TrainConfig, args)
     try:
-        result = train(cfg)
+        with writing_to(cfg.out, "--out"):
+            result = train(cfg)
     except FeedlineError as exc:  # e.g. a bad record under --on-error raise: in the words of the flags
         if "on_error='substitute'" not in str(exc):
             raise
