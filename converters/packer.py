@@ -54,6 +54,7 @@ class _Tally:
     skipped: list[Skip] = field(default_factory=list)
     converted: int = 0
     source_bytes: int = 0
+    jpeg_warnings: int = 0
     consumed: int = 0             # scanned files consumed by the committed chunks
     chunks: int = 0
 
@@ -65,6 +66,7 @@ class _Tally:
         self.checksums += entry.checksums
         self.skipped += entry.skips()
         self.converted += entry.converted
+        self.jpeg_warnings += entry.jpeg_warnings
         self.source_bytes += entry.source_bytes
         self.consumed = entry.consumed
         self.chunks = entry.chunk + 1
@@ -123,6 +125,8 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
         meta = make_meta(count=len(tally.labels), classes=scan.classes, pack_options=wanted,
                          source=scan.root, created=_utc_now(),
                          feedline_version=__version__, shard=shard)
+        if options.check is PackCheck.DECODE:  # known only when every JPEG was decoded
+            meta["jpeg_warnings"] = tally.jpeg_warnings
         columns = column_bytes(tally.labels, tally.sizes, tally.paths, tally.checksums)
         writer.finish(columns, meta, tally.lengths)
         try:
@@ -146,7 +150,7 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
         writer.close()  # keep what is committed for --resume
         raise
     return PackReport(out=out, format=fmt.value, found=len(scan.paths) + len(not_taken), packed=len(tally.labels),
-                      converted=tally.converted, skipped=skipped, bytes_in=tally.source_bytes,
+                      converted=tally.converted, jpeg_warnings=tally.jpeg_warnings, skipped=skipped, bytes_in=tally.source_bytes,
                       bytes_out=sum(tally.lengths), seconds=time.perf_counter() - started,
                       resumed_from=resumed_from, error_report=report_path)
 
@@ -231,6 +235,7 @@ def _commit_outcomes(outcomes, scan: ScanResult, writer: Writer, options: PackOp
             entry.lengths.append(len(data))
             entry.checksums.append(checksum(data))
             entry.converted += outcome.converted is not None
+            entry.jpeg_warnings += outcome.warning is not None
             entry.source_bytes += outcome.source_bytes
             pending_bytes += len(data)
             read += outcome.source_bytes

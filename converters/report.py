@@ -53,6 +53,7 @@ class PackReport:
     found: int
     packed: int
     converted: int                 # packed records re-encoded (non-JPEG, CMYK, rotated, shrunk, ...)
+    jpeg_warnings: int = 0         # packed JPEGs whose decode check met a benign libjpeg warning
     skipped: list[Skip] = field(default_factory=list)
     bytes_in: int = 0              # source bytes of the packed files
     bytes_out: int = 0             # encoded image bytes stored
@@ -78,6 +79,9 @@ class PackReport:
         if self.resumed_from:
             lines.append(f"  resumed after {self.resumed_from} files packed by an earlier run")
         lines.append(f"  converted to JPEG: {self.converted}")
+        if self.jpeg_warnings:
+            lines.append(f"  packed with a harmless libjpeg warning (extraneous bytes, a bad ICC or EXIF "
+                         f"segment; the image decodes to the end): {self.jpeg_warnings}")
         if self.skipped:
             reasons = ", ".join(f"{k}: {v}" for k, v in self.skipped_by_reason.items())
             lines.append(f"  skipped: {len(self.skipped)} ({reasons})"

@@ -56,6 +56,7 @@ class DatasetInfo:
     source: str | None = None
     created: str | None = None
     feedline_version: str | None = None
+    jpeg_warnings: int | None = None   # records packed with a benign libjpeg warning (pack --check decode)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -101,6 +102,7 @@ def _describe(store: Store) -> DatasetInfo:
         source=meta.get("source"),
         created=meta.get("created"),
         feedline_version=meta.get("feedline_version"),
+        jpeg_warnings=meta.get("jpeg_warnings"),
     )
 
 
@@ -141,6 +143,9 @@ def format_info(info: DatasetInfo, max_classes: int = 20) -> str:
     if info.labels_out_of_range:
         rows.append(("bad labels", f"{info.labels_out_of_range:,} record(s) name no class "
                                    "(run `feedline verify`)"))
+    if info.jpeg_warnings:
+        rows.append(("jpeg warnings", f"{info.jpeg_warnings:,} record(s) decode with a harmless libjpeg warning "
+                                      "(extraneous bytes, a bad ICC or EXIF segment): the image decodes to the end"))
     if info.pack_options:
         rows.append(("pack options", ", ".join(f"{k}={v}" for k, v in sorted(info.pack_options.items()))))
     for name, value in (("source", info.source), ("created", info.created),

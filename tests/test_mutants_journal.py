@@ -670,7 +670,8 @@ def test_where_out_cannot_be_written_is_said_before_the_source_is_read(mixed, tm
     (tmp_path / "file").write_text("x")
     with pytest.raises(PackError) as err:
         pack(str(tmp_path / "no-such-src"), str(tmp_path / "file" / "sub" / "o.lmdb"))
-    assert str(err.value) == f"{tmp_path / 'file' / 'sub'}: cannot create the output folder (Not a directory)"
+    assert str(err.value) == (f"{tmp_path / 'file' / 'sub'}: cannot create the output folder "
+                              f"({tmp_path / 'file'} is a file, not a folder); choose a writable place for OUT")
     with pytest.raises(PackError) as err:
         pack(str(tmp_path / "no-such-src"), str(tmp_path), format="lmdb")
     assert str(err.value) == f"{tmp_path} is a folder; name an output file such as OUT.lmdb or OUT.h5"
