@@ -28,6 +28,7 @@ from feedline.errors import DiskFullError, PackError
 from feedline.format import checksum, column_bytes, make_meta
 from feedline.scan import ScanResult, scan_folder, shuffled
 
+from .complete import INPUT_DIGEST_KEY, report_complete
 from .decode_check import DecodeCheck, DecodeChecker
 from .disk_space import check_room_for, write_failed
 from .journal import JournalEntry, check_entries, scan_digest
@@ -84,9 +85,13 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions) -
     """Pack the image folder ``src`` into ``out``; see `converters.pack` for the contract."""
     started = time.perf_counter()
     out = os.path.abspath(os.fspath(out))
-    format_for(out, options.format)  # a bad extension fails before the scan
-    _check_out(out, options)
+    fmt = format_for(out, options.format)  # a bad extension fails before the scan
+    resuming_complete = options.resume and not options.overwrite and os.path.isfile(out)
+    if not resuming_complete:
+        _check_out(out, options)
     scan = shuffled(scan_folder(os.fspath(src), options.labels_csv), options.shuffle)
+    if resuming_complete:
+        return report_complete(scan, out, options.output_options(fmt), started)
     # Links not followed and labels CSV mismatches: listed with the skipped files.
     return pack_scan(scan, out, options, not_taken=[Skip.of(p) for p in scan.problems], started=started)
 
@@ -125,6 +130,7 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
         meta = make_meta(count=len(tally.labels), classes=scan.classes, pack_options=wanted,
                          source=scan.root, created=_utc_now(),
                          feedline_version=__version__, shard=shard)
+        meta[INPUT_DIGEST_KEY] = digest
         if options.check is PackCheck.DECODE:  # known only when every JPEG was decoded
             meta["jpeg_warnings"] = tally.jpeg_warnings
         columns = column_bytes(tally.labels, tally.sizes, tally.paths, tally.checksums)

@@ -61,6 +61,7 @@ class PackReport:
     resumed_from: int = 0          # files already consumed by an interrupted run
     error_report: str | None = None
     shards: list["PackReport"] = field(default_factory=list)   # a sharded pack: one report per shard
+    already_complete: bool = False  # --resume found OUT complete, from the same input and options
 
     @property
     def skipped_by_reason(self) -> dict[str, int]:
@@ -70,6 +71,9 @@ class PackReport:
         """A few lines for people; the CLI prints them."""
         if self.shards:
             return self._sharded_summary()
+        if self.already_complete:
+            return [f"{self.out} is already complete: {self.packed} records from the same input and options "
+                    f"({len(self.skipped)} skipped); nothing to do"]
         mib = self.bytes_out / 2**20
         rate = self.found - self.resumed_from
         speed = (f"{rate / self.seconds:.0f} files/s, {self.bytes_in / 2**20 / self.seconds:.1f} MiB/s"
