@@ -573,6 +573,9 @@ def test_a_pack_reports_what_it_read_and_wrote_and_stamps_its_metadata(mixed, tm
     assert report.bytes_in == sum(source_size(mixed, p) for p in paths)
     assert report.bytes_out == sum(len(r) for r in records_of(out))
     assert before <= datetime.datetime.fromisoformat(meta.pop("created")) <= after
+    from converters.journal import scan_digest
+    from feedline.scan import scan_folder
+    assert meta.pop("input_digest") == scan_digest(scan_folder(mixed))
     assert meta == {"format": "feedline", "format_version": 2, "checksum": "xxh3_64", "count": 13,
                     "classes": ["class_000", "class_001"], "source": mixed, "feedline_version": __version__,
                     "pack_options": PackOptions().output_options(feedline_format("lmdb"))}
