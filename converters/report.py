@@ -25,6 +25,7 @@ class SkipReason(str, Enum):
     SYMLINK_REPEAT = scan.SYMLINK_REPEAT    # a folder link to a folder packed anyway: not followed
     NOT_IN_LABELS = scan.NOT_IN_LABELS      # in the folder, not in the labels CSV
     MISSING = scan.MISSING                  # in the labels CSV, not in the folder
+    NO_CLASS = scan.NO_CLASS                # an image beside the class folders
 
 
 class Skip(NamedTuple):
