@@ -7,7 +7,8 @@ temporary git worktree. Each round runs one subprocess per revision, alternating
 same photo-like JPEG folder; each revision packs that folder with its own packer (once,
 cached) and measures its own FeedLoader with its defaults (decoder="auto", RandomResizedCrop
 224 + flip + normalize to float32, batch 64, all cores, drop_last) after a warm-up. The
-table shows the medians and their quotient; JSON goes to bench/results/before_after.json.
+table shows the medians and their quotient; JSON goes to bench/results/local/
+(bench/results/before_after.json with --save).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: the repository root first on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.args import check_output_flags, output_arguments  # noqa: E402
 from bench.common import ROOT, Spread, format_table, ratio, say, write_results  # noqa: E402
 
 BEFORE = "1942543"  # main before the loader took its BatchSource shape (issue 12)
@@ -78,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=2000, help="photo-like JPEGs generated (default 2000)")
     p.add_argument("--batches", type=int, default=25, help="timed batches of 64 per measurement (default 25)")
     p.add_argument("--quick", action="store_true", help="a tiny run, to check the script works")
-    p.add_argument("--out", default=None, help="JSON path (default bench/results/before_after.json)")
+    output_arguments(p, "before_after")
     args = p.parse_args(argv)
+    check_output_flags(p, args)
     if args.quick:
         args.rounds, args.n, args.batches = 1, 200, 2
     from bench.data import cache_root, prepare_data
@@ -105,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     write_results("before_after", rows, {"before": args.before, "rounds": args.rounds, "n": args.n,
                                          "batches": args.batches, "batch_size": 64, "size": 224,
                                          "threads": os.cpu_count()},
-                  out=args.out)
+                  out=args.out, quick=args.quick, save=args.save)
     return 0
 
 
