@@ -11,7 +11,6 @@ import time
 
 from feedline.errors import PackError, StoreError
 from feedline.scan import ScanResult
-from feedline.stores import open_dataset
 
 from .journal import scan_digest
 from .report import PackReport, error_report_path, read_error_report
@@ -22,6 +21,7 @@ INPUT_DIGEST_KEY = "input_digest"   # metadata: scan_digest of the input (files,
 def report_complete(scan: ScanResult, out: str, wanted: dict, started: float) -> PackReport:
     """The report of the complete ``out`` when it was packed from ``scan`` with the output
     options ``wanted``; PackError saying what differs otherwise."""
+    from feedline.stores import open_dataset  # numpy: only when OUT exists (a pack of JPEGs needs none)
     try:
         with open_dataset(out) as store:
             meta, count = dict(store.meta), len(store)
