@@ -107,7 +107,7 @@ def test_permission_denied_is_one_line(world_dir):
     locked.mkdir(mode=0o555)
     os.chmod(locked, 0o555)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(world_dir)}
-    for name in ("pack-lmdb", "sample"):
+    for name in ("pack-lmdb", "pack-hdf5", "sample", "train"):
         done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
                                "-m", "feedline", *commands(src, locked)[name]],
                               capture_output=True, text=True, env=env, cwd=world_dir, timeout=300)
