@@ -12,23 +12,38 @@ import logging
 import sys
 from typing import Callable
 
+from bench.common import SAVE_HELP, MeasurementError
+
 DATA_HELP = ("packed .lmdb/.h5 file or image folder (default: photo-like JPEGs generated from the "
              "shipped photos into --cache-dir, and packed there)")
 
 
 def shared_arguments(p: argparse.ArgumentParser, name: str) -> None:
-    """DATA, --threads, --repeats, --quick, --out, --cache-dir, --only, --no-chart, -v."""
+    """DATA, --threads, --repeats, --quick, --out, --save, --cache-dir, --only, --no-chart, -v."""
     p.add_argument("data", nargs="?", metavar="DATA", help=DATA_HELP)
     p.add_argument("--threads", type=int, metavar="T", help="threads for 'all cores' (default: usable cores)")
     p.add_argument("--repeats", type=int, metavar="R", help="timed repeats, interleaved across rows")
     p.add_argument("--quick", action="store_true", help="a tiny run that finishes in seconds (for tests)")
     p.add_argument("--out", metavar="PATH", help=f"JSON path; the PNG goes next to it "
-                                                 f"(default bench/results/{name}.json)")
+                                                 f"(default bench/results/local/{name}.json)")
+    p.add_argument("--save", action="store_true", default=None, help=SAVE_HELP.replace("NAME", name))
     p.add_argument("--cache-dir", metavar="DIR", help="where generated and packed data sets are kept "
                                                       "(default ~/.cache/feedline)")
     p.add_argument("--only", metavar="NAMES", type=names, help="comma-separated row names to run")
     p.add_argument("--no-chart", dest="chart", action="store_false", default=None, help="skip the PNG")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+
+
+def output_arguments(p: argparse.ArgumentParser, name: str) -> None:
+    """--out and --save, for a script with its own flags (see bench.common: where results go)."""
+    p.add_argument("--out", metavar="PATH", help=f"JSON path (default bench/results/local/{name}.json)")
+    p.add_argument("--save", action="store_true", help=SAVE_HELP.replace("NAME", name))
+
+
+def check_output_flags(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--quick with --save is refused (argparse's exit 2): a quick run is not kept."""
+    if getattr(args, "quick", False) and args.save:
+        p.error("--save keeps full runs only: a --quick run measures too little to keep")
 
 
 def names(text: str) -> tuple[str, ...]:
@@ -38,7 +53,7 @@ def names(text: str) -> tuple[str, ...]:
 def options_from_args(cls, quick: dict, args: argparse.Namespace):
     """``cls`` (an options dataclass) from the flags given; --quick supplies tiny defaults,
     and flags given explicitly win over them."""
-    values = dict(quick) if args.quick else {}
+    values = (dict(quick) | {"quick": True}) if args.quick else {}
     for field in dataclasses.fields(cls):
         value = getattr(args, field.name, None)
         if value is not None:
@@ -56,10 +71,18 @@ def run_main(prog: str, description: str, options_cls, quick: dict,
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
+    if args.quick and args.save:
+        print(f"{prog}: error: --save keeps full runs only: a --quick run measures too little to keep",
+              file=sys.stderr)
+        return 2
     try:
         options = options_from_args(options_cls, quick, args)
     except ValueError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
-    run(options)
+    try:
+        run(options)
+    except MeasurementError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
     return 0

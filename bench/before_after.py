@@ -13,7 +13,8 @@ default) and uint8 (mean=None). Besides images/s it reports the decode threads' 
 image spent writing the batch (``stats.copy_s``: the normalization, or the uint8 copy):
 before, every batch was new memory the threads first touched; after, the batch is a reused
 slot of the ring and a uint8 sample is decoded straight into it. The table shows medians
-and quotients; JSON goes to bench/results/before_after.json.
+and quotients; JSON goes to bench/results/local/
+(bench/results/before_after.json with --save).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: the repository root first on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.args import check_output_flags, output_arguments  # noqa: E402
 from bench.common import ROOT, Spread, format_table, ratio, say, write_results  # noqa: E402
 
 BEFORE = "95e6d18"  # main before the thread path flowed one way (issue 19)
@@ -98,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=2000, help="photo-like JPEGs generated (default 2000)")
     p.add_argument("--batches", type=int, default=25, help="timed batches of 64 per measurement (default 25)")
     p.add_argument("--quick", action="store_true", help="a tiny run, to check the script works")
-    p.add_argument("--out", default=None, help="JSON path (default bench/results/before_after.json)")
+    output_arguments(p, "before_after")
     args = p.parse_args(argv)
+    check_output_flags(p, args)
     if args.quick:
         args.rounds, args.n, args.batches = 1, 200, 2
     from bench.data import cache_root, prepare_data
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     write_results("before_after", rows, {"before": args.before, "rounds": args.rounds, "n": args.n,
                                          "batches": args.batches, "batch_size": 64, "size": 224,
                                          "threads": os.cpu_count(), "outputs": list(OUTPUTS)},
-                  out=args.out)
+                  out=args.out, quick=args.quick, save=args.save)
     return 0
 
 

@@ -27,7 +27,8 @@ store's size. Targets, cold quasi-random: >= 2x cold random, >= 0.8x warm quasi-
 
 Also, from the order alone, the class mix of batches of a store packed class by class
 (distinct classes per batch): this data set, and an ImageNet-like one (1,281,167 records,
-1,000 classes, ~110 KiB each). Writes bench/results/cold_cache.json.
+1,000 classes, ~110 KiB each). Writes bench/results/local/cold_cache.json
+(bench/results/cold_cache.json with --save).
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ if __package__ in (None, ""):
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from bench.cold_pages import NullDecoder, drop, read_bytes, resident_fraction, warm  # noqa: E402
+from bench.args import check_output_flags, output_arguments  # noqa: E402
 from bench.common import format_table, ratio, say, target, targets_table, write_results  # noqa: E402
 from bench.data import cache_root  # noqa: E402
 from bench.machine import machine_info, machine_line  # noqa: E402
@@ -197,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, help="crop size of the decode rows (default 224; read rows: 16)")
     p.add_argument("--quick", action="store_true", help=f"a tiny run for tests: {QUICK}")
     p.add_argument("--cache-dir", help="where the data is kept (default ~/.cache/feedline)")
-    p.add_argument("--out", help="JSON path (default bench/results/cold_cache.json)")
+    output_arguments(p, "cold_cache")
     args = p.parse_args(argv)
+    check_output_flags(p, args)
     quick = QUICK if args.quick else {}
     n, classes = args.n or quick.get("n", 32000), args.classes or quick.get("classes", 100)
     repeats, size = args.repeats or quick.get("repeats", 2), args.size or quick.get("size", 224)
@@ -228,11 +231,11 @@ def main(argv: list[str] | None = None) -> int:
                            ("classes/batch quasi", "quasi_random")]))
     say()
     targets = targets_of(rows)
-    say(targets_table(targets))
+    say(targets_table(targets, args.quick))
     path = write_results("cold_cache", rows, {"data": args.data, "n": n, "classes": classes, "formats": formats,
                                               "repeats": repeats, "size": size, "batch": BATCH, "threads": THREADS,
                                               "load_average": os.getloadavg()},
-                         out=args.out, machine=machine, targets=targets, class_mix=mix)
+                         out=args.out, quick=args.quick, save=args.save, machine=machine, targets=targets, class_mix=mix)
     say(f"wrote {path}")
     return 0
 

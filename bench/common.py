@@ -6,6 +6,12 @@ flat rows, one per measured thing) and whatever else the benchmark adds (``targe
 
 Ratios printed next to rates are the quotient of the medians printed beside them
 (`ratio`), so a reader can check every table by hand.
+
+Where results go (`results_path`): bench/results/NAME.json, the committed results the
+README quotes, only when asked (``--save``, or ``--out PATH``); a full run otherwise
+writes bench/results/local/NAME.json and a ``--quick`` run bench/results/quick/NAME.json,
+both ignored by git. A quick run measures too little to judge a speed: its targets are
+written and printed as not judged.
 """
 from __future__ import annotations
 
@@ -23,6 +29,14 @@ from typing import Callable, Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
+LOCAL_DIR = RESULTS_DIR / "local"    # full runs not --save'd (git ignores it)
+QUICK_DIR = RESULTS_DIR / "quick"    # --quick runs (git ignores it)
+SAVE_HELP = ("write bench/results/NAME.json, the committed results (default: bench/results/local/, "
+             "or bench/results/quick/ with --quick, which git ignores)")
+
+
+class MeasurementError(RuntimeError):
+    """A measurement that cannot be right; the script says so in one line and writes nothing."""
 
 
 # -- timing --------------------------------------------------------------------------
@@ -89,8 +103,19 @@ def target(check: str, measured: float | None, needed: float, at_least: bool = T
             "passed": passed}
 
 
-def targets_table(targets: Sequence[dict]) -> str:
-    """The targets as a table, then one line naming the ones missed (or not measured)."""
+def unjudged(targets: Sequence[dict]) -> list[dict]:
+    """The targets of a --quick run: measured, but neither passed nor failed."""
+    return [dict(t, passed=None, judged=False) for t in targets]
+
+
+def targets_table(targets: Sequence[dict], quick: bool = False) -> str:
+    """The targets as a table, then one line naming the ones missed (or not measured);
+    for a --quick run, none is judged."""
+    if quick:
+        shown = [dict(t, result="not judged") for t in targets]
+        return "\n".join([format_table(shown, [("target", "check"), ("measured", "measured"), ("needed", "target"),
+                                               ("result", "result")]),
+                          "targets not judged: a --quick run measures too little to judge a speed"])
     shown = [dict(t, result={True: "pass", False: "FAIL", None: "not measured"}[t["passed"]]) for t in targets]
     lines = [format_table(shown, [("target", "check"), ("measured", "measured"), ("needed", "target"),
                                   ("result", "result")])]
@@ -103,21 +128,33 @@ def targets_table(targets: Sequence[dict]) -> str:
 
 
 # -- output --------------------------------------------------------------------------
-def results_path(name: str, out: str | os.PathLike | None = None) -> Path:
-    """Where a benchmark's JSON goes: ``out`` if given, else bench/results/NAME.json."""
-    return Path(out) if out is not None else RESULTS_DIR / f"{name}.json"
+def results_path(name: str, out: str | os.PathLike | None = None, *, quick: bool = False,
+                 save: bool = False) -> Path:
+    """Where a benchmark's JSON goes: ``out`` if given; else bench/results/quick/NAME.json for
+    a quick run, bench/results/NAME.json (the committed results) with ``save``, and
+    bench/results/local/NAME.json otherwise."""
+    if out is not None:
+        return Path(out)
+    if quick and save:
+        raise ValueError("--save keeps full runs only: a --quick run measures too little to keep")
+    if quick:
+        return QUICK_DIR / f"{name}.json"
+    return (RESULTS_DIR if save else LOCAL_DIR) / f"{name}.json"
 
 
 def write_results(name: str, results: list[dict], params: dict | None = None,
                   out: str | os.PathLike | None = None, machine: dict | None = None,
-                  **extra) -> Path:
-    """Write the JSON of a benchmark (see the module docstring); returns its path."""
+                  *, quick: bool = False, save: bool = False, **extra) -> Path:
+    """Write the JSON of a benchmark (see the module docstring); returns its path. A quick
+    run's ``targets`` are written unjudged, and the file says it was a quick run."""
     if machine is None:
         from bench.machine import machine_info
         machine = machine_info()
-    path = results_path(name, out)
+    path = results_path(name, out, quick=quick, save=save)
+    if quick and "targets" in extra:
+        extra["targets"] = unjudged(extra["targets"])
     payload = {"benchmark": name, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-               "machine": machine, "params": params or {}, "results": results, **extra}
+               "machine": machine, "quick": quick, "params": params or {}, "results": results, **extra}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")

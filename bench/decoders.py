@@ -9,8 +9,8 @@ a thread pool; DALI decodes batches with ``num_threads`` threads; torchvision's 
 decodes batches (one measurement, no thread count). After a warm-up the repeats are
 interleaved across backends, so noise on a shared machine hits all of them alike.
 The ratio to PIL is the quotient of the two median rates printed. Megapixels count
-source pixels, also for scaled and cropped decodes. Writes bench/results/decoders.json
-and .png.
+source pixels, also for scaled and cropped decodes. Writes bench/results/local/decoders.json
+and .png (the committed bench/results/decoders.json with --save).
 """
 from __future__ import annotations
 
@@ -49,6 +49,8 @@ class DecoderBenchOptions:
     batch: int = 64                # batch size of DALI and the GPU decoders
     check: int = 16                # images compared with PIL for the correctness column
     out: str | None = None         # the JSON path; the PNG goes next to it
+    quick: bool = False            # a tiny run: written under bench/results/quick/
+    save: bool = False             # write bench/results/decoders.json, the committed results
     cache_dir: str | None = None
     chart: bool = True
     feedline: bool = True          # also feedline's own decoders (decode_into, crop 224)
@@ -101,7 +103,7 @@ def run_decoder_bench(options: DecoderBenchOptions) -> dict:
     say(format_table(_display_rows(rows, settings), _display_columns(settings)))
     params = dataclasses.asdict(options) | {"threads": threads, "images": len(images),
                                             "megapixels": megapixels, "data": data.to_dict()}
-    path = write_results(NAME, rows, params, options.out, machine)
+    path = write_results(NAME, rows, params, options.out, machine, quick=options.quick, save=options.save)
     say(f"wrote {path}")
     if options.chart:
         chart = _chart(rows, settings, path.with_suffix(".png"), machine)

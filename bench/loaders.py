@@ -12,7 +12,8 @@ counting the images delivered. Rounds are interleaved across loaders in a rotati
 order, so noise on a shared machine hits all alike; each row shows the median rate.
 The x columns are quotients of the printed medians. The decode floor (bench.floor)
 is measured in the same rounds. FeedLoader's resident memory over epochs is measured
-in a process of its own. Writes bench/results/loaders.json and .png.
+in a process of its own. Writes bench/results/local/loaders.json and .png
+(bench/results/ with --save, bench/results/quick/ with --quick).
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ if __package__ in (None, ""):  # `python bench/loaders.py`: the repository root,
 from bench import floor, streams  # noqa: E402
 from bench.args import names, run_main  # noqa: E402
 from bench.chart import save_bar_chart  # noqa: E402
-from bench.common import Spread, format_table, ratio, say, target, targets_table, write_results  # noqa: E402
+from bench.common import (MeasurementError, Spread, format_table, ratio, say, target, targets_table,  # noqa: E402
+                          unjudged, write_results)
 from bench.data import cache_root, prepare_data, read_encoded  # noqa: E402
 from bench.machine import machine_info, machine_line  # noqa: E402
 from feedline.choices import Engine  # noqa: E402
@@ -68,6 +70,8 @@ class LoaderBenchOptions:
     cache_dir: str | None = None
     chart: bool = True
     only: tuple[str, ...] | None = None   # loader rows to run; None: all (the floor always runs)
+    quick: bool = False         # a tiny run: targets not judged, written under bench/results/quick/
+    save: bool = False          # write bench/results/loaders.json, the committed results
 
     def __post_init__(self):
         for name in ("n", "batch_size", "batches", "repeats", "floor_images"):
@@ -77,8 +81,13 @@ class LoaderBenchOptions:
             raise ValueError("--warmup, --drain and --epochs-rss must be >= 0")
 
 
-QUICK = {"n": 32, "batch_size": 8, "batches": 2, "repeats": 1, "warmup": 1, "drain": 1,
-         "epochs_rss": 2, "floor_images": 8}
+# The drain keeps its default: fewer untimed batches than a loader buffers would time
+# batches decoded before the clock started (a FeedLoader at hundreds of thousands of img/s).
+QUICK = {"n": 32, "batch_size": 8, "batches": 2, "repeats": 1, "warmup": 1, "epochs_rss": 2, "floor_images": 8}
+# A loader decoding on the CPU cannot beat the decode floor (its best decoder on every core,
+# nothing else to do) by this much: such a rate counts images decoded before the clock started.
+IMPOSSIBLE_OVER_FLOOR = 4.0
+GPU_DECODERS = ("gpu", "dali")   # --decoders rows that may decode on a GPU: no CPU bound
 
 
 def run_loader_bench(options: LoaderBenchOptions) -> dict:
@@ -121,8 +130,9 @@ def run_loader_bench(options: LoaderBenchOptions) -> dict:
                         options.batch_size, batches, stats.get(name)) for name in descriptions]
     rows += _floor_rows(passes, region_decoders, floor_reasons, threads)
     _add_ratios(rows)
+    check_possible(rows)
     rss = _rss(options, data, threads, device)
-    targets = _targets(rows, rss)
+    targets = unjudged(_targets(rows, rss)) if options.quick else _targets(rows, rss)
     say("")
     say(format_table(rows, [("loader", "name"), ("img/s", "images_per_s"), ("min", "images_per_s_min"),
                             ("max", "images_per_s_max"), ("xDataLoader", "x_dataloader"),
@@ -130,8 +140,8 @@ def run_loader_bench(options: LoaderBenchOptions) -> dict:
     say(f"img/s: median of {options.repeats} interleaved rounds; x columns: this row's img/s over that row's, "
         f"as printed. Floor: {next(r for r in rows if r['name'] == FLOOR)['description']}.")
     say("")
-    say(targets_table(targets))
-    if threads != 2:
+    say(targets_table(targets, options.quick))
+    if threads != 2 and not options.quick:
         say(f"(the targets are set for 2 cores; this run used {threads})")
     if rss.get("rss_mib"):
         say(f"FeedLoader RSS after each epoch (MiB): {', '.join(f'{v:.0f}' for v in rss['rss_mib'])}; "
@@ -139,7 +149,8 @@ def run_loader_bench(options: LoaderBenchOptions) -> dict:
     params = dataclasses.asdict(options) | {"threads": threads, "device": device, "drain": drain, "batches": batches,
                                             "images_per_measurement": batches * options.batch_size,
                                             "data": data.to_dict(), "work": WORK}
-    path = write_results(NAME, rows, params, options.out, machine, targets=targets, rss=rss)
+    path = write_results(NAME, rows, params, options.out, machine, quick=options.quick, save=options.save,
+                         targets=targets, rss=rss)
     say(f"wrote {path}")
     if options.chart:
         chart = save_bar_chart(path.with_suffix(".png"), [r["name"] for r in rows],
@@ -258,6 +269,29 @@ def _rss(options, data, threads: int, device: str) -> dict:
     except Exception as exc:
         log.warning("RSS measurement failed: %s", exc)
         return {"error": str(exc)}
+
+
+class ImpossibleRate(MeasurementError):
+    """A measured rate that no decoding on this machine can reach: a measurement error."""
+
+
+def check_possible(rows: list[dict]) -> None:
+    """ImpossibleRate when a loader decoding on the CPU delivered images faster than
+    IMPOSSIBLE_OVER_FLOOR x the decode floor: more images than it can have decoded in the
+    time measured, i.e. images buffered before the clock started."""
+    floor_rate = next((r["images_per_s"] for r in rows if r["name"] == FLOOR), None)
+    if not floor_rate:
+        return
+    for row in rows:
+        rate = row["images_per_s"]
+        on_gpu = any(row["name"] == f"{FEEDLINE}-{d}" for d in GPU_DECODERS)
+        if row["name"] in (FLOOR, POOL) or on_gpu or rate is None or rate <= IMPOSSIBLE_OVER_FLOOR * floor_rate:
+            continue
+        raise ImpossibleRate(
+            f"{row['name']}: {rate:,.0f} images/s is {rate / floor_rate:,.0f}x the decode floor ({floor_rate:,.0f} "
+            f"images/s on these cores): more images than it can have decoded while timed, so they were "
+            f"buffered before the clock started. Time more batches (--batches) or drain more (--drain); "
+            f"nothing written")
 
 
 def _targets(rows: list[dict], rss: dict) -> list[dict]:

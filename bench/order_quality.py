@@ -20,7 +20,7 @@ neighbours on disk: the worst case for a page-aware order).
    holds on average. The same small windows again over the images packed in a shuffled
    order (a labels CSV names each file's class): neighbours on disk of mixed classes.
 
-Writes bench/results/order_quality.json. Accuracy is reported, never timed.
+Writes bench/results/local/order_quality.json (bench/results/ with --save). Accuracy is reported, never timed.
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from bench.args import check_output_flags, output_arguments  # noqa: E402
 from bench.common import ROOT, format_table, say, write_results  # noqa: E402
 from bench.data import cache_root  # noqa: E402
 from bench.machine import machine_info, machine_line  # noqa: E402
@@ -148,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--windows", default="2,8,16", help="small windows, in 16-record blocks (default 2,8,16)")
     p.add_argument("--quick", action="store_true", help=f"a tiny run for tests: {QUICK}")
     p.add_argument("--cache-dir", help="where the demo data is kept (default ~/.cache/feedline)")
-    p.add_argument("--out", help="JSON path (default bench/results/order_quality.json)")
+    output_arguments(p, "order_quality")
     args = p.parse_args(argv)
+    check_output_flags(p, args)
     quick = QUICK if args.quick else {}
     seeds, epochs = args.seeds or quick.get("seeds", 5), args.epochs or quick.get("epochs", 2)
     windows = [int(w) for w in args.windows.split(",") if w.strip()]
@@ -177,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                             ("val loss", "val_loss_mean"), ("classes/batch", "classes_per_batch_mean")]))
     path = write_results("order_quality", rows, {"seeds": seeds, "epochs": epochs, "windows": windows, "size": SIZE,
                                                  "batch": BATCH, "load_average": os.getloadavg()},
-                         out=args.out, machine=machine)
+                         out=args.out, quick=args.quick, save=args.save, machine=machine)
     say(f"wrote {path}")
     return 0
 

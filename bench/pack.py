@@ -15,7 +15,8 @@ round (round 0 is a warm-up and not counted), it times:
 
 Each row shows the median seconds and "x tar", the quotient of its median over tar's
 printed median. Target: the CLI end to end within 1.5x of tar. Each output is opened
-after its run and its records (or tar members) counted. Writes bench/results/pack.json.
+after its run and its records (or tar members) counted. Writes bench/results/local/pack.json
+(bench/results/pack.json with --save).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from typing import Callable
 if __package__ in (None, ""):  # `python bench/pack.py`: the repository root, not bench/, on sys.path
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from bench.args import check_output_flags, output_arguments  # noqa: E402
 from bench.common import ROOT, Spread, format_table, ratio, say, target, targets_table, write_results  # noqa: E402
 from bench.data import cache_root, prepare_data  # noqa: E402
 from bench.machine import machine_info, machine_line  # noqa: E402
@@ -164,8 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, help="pack threads (default: pack's own, one per core)")
     p.add_argument("--quick", action="store_true", help=f"a tiny run for tests: {QUICK}")
     p.add_argument("--cache-dir", help="where the generated images are kept (default ~/.cache/feedline)")
-    p.add_argument("--out", help="JSON path (default bench/results/pack.json)")
+    output_arguments(p, "pack")
     args = p.parse_args(argv)
+    check_output_flags(p, args)
     n = args.n or (QUICK["n"] if args.quick else 2000)
     repeats = args.repeats or (QUICK["repeats"] if args.quick else 5)
 
@@ -193,10 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         "CLI rows: a new `feedline` process each (start-up, imports, pack, fsync); in-process rows: "
         "converters.pack() in this process, start-up not counted.")
     say()
-    say(targets_table(targets))
+    say(targets_table(targets, args.quick))
     path = write_results("pack", rows, {"n": n, "files": files, "repeats": repeats, "jobs": args.jobs,
                                         "source_bytes": source_bytes, "cli": feedline_command(),
-                                        "target_vs_tar": TARGET}, out=args.out, machine=machine, targets=targets)
+                                        "target_vs_tar": TARGET}, out=args.out, quick=args.quick, save=args.save, machine=machine, targets=targets)
     say(f"wrote {path}")
     return 0
 

@@ -21,7 +21,8 @@ over the time at ``--small`` stays near 1, both for planning a batch (EpochPlan.
 Python alone) and for the loader's batches (which also meet the memory hierarchy: a
 store 100x larger spreads reads over 100x more pages). Targets (at ``--records``, each
 format): open under 1 s, under 100 bytes of RAM per record, first batch under 1 s, time
-per batch within 1.25x of the small store's. Writes bench/results/scale.json.
+per batch within 1.25x of the small store's. Writes bench/results/local/scale.json
+(bench/results/scale.json with --save).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/scale.py`: the repository root, not bench/, on sys.path
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from bench.args import check_output_flags, output_arguments  # noqa: E402
 from bench.common import ROOT, format_table, say, target, targets_table, write_results  # noqa: E402
 from bench.data import cache_root  # noqa: E402
 from bench.machine import machine_info, machine_line  # noqa: E402
@@ -107,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, help="batches timed after the first (default 100)")
     p.add_argument("--quick", action="store_true", help=f"a tiny run for tests: {QUICK}")
     p.add_argument("--cache-dir", help="where the stores are kept (default ~/.cache/feedline)")
-    p.add_argument("--out", help="JSON path (default bench/results/scale.json)")
+    output_arguments(p, "scale")
     args = p.parse_args(argv)
+    check_output_flags(p, args)
     quick = QUICK if args.quick else {}
     big = args.records or quick.get("records", 1_000_000)
     small = args.small or quick.get("small", 10_000)
@@ -141,10 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         "ms/batch: the loader's, median of the batches after the first, on a warm page cache.")
     say()
     targets = targets_of(rows, big, small)
-    say(targets_table(targets))
+    say(targets_table(targets, args.quick))
     path = write_results("scale", rows, {"records": big, "small": small, "formats": formats, "batches": batches,
                                          "batch_size": 256, "size": 32, "threads": 2,
-                                         "load_average": os.getloadavg()}, out=args.out, machine=machine,
+                                         "load_average": os.getloadavg()}, out=args.out, quick=args.quick, save=args.save, machine=machine,
                          targets=targets)
     say(f"wrote {path}")
     return 0

@@ -43,6 +43,7 @@ class JournalEntry:
     checksums: list[int] = field(default_factory=list)      # format.checksum per record
     converted: int = 0
     source_bytes: int = 0
+    jpeg_warnings: int = 0       # records whose decode check met a benign libjpeg warning
     skipped: list[list[str]] = field(default_factory=list)  # (path, reason, detail)
     version: int = JOURNAL_VERSION
 

@@ -96,6 +96,18 @@ def exif_orientation(tiff: bytes) -> int:
     return 1
 
 
+def _next_marker(data: bytes, pos: int) -> int:
+    """The position of the next marker at or after ``pos`` (0xFF then neither 0x00 nor the
+    end), as libjpeg's next_marker finds it; JpegError when there is none."""
+    while True:
+        pos = data.find(b"\xff", pos)
+        if pos < 0 or pos + 1 >= len(data):
+            raise JpegError(SkipReason.CORRUPT, "bytes where a marker should be, and no marker after them")
+        if data[pos + 1] != 0x00:
+            return pos
+        pos += 2
+
+
 def parse_jpeg(data: bytes) -> JpegInfo:
     """Parse the markers of a JPEG up to its first SOS and check that it ends with EOI.
 
@@ -120,7 +132,10 @@ def parse_jpeg(data: bytes) -> JpegInfo:
         if pos + 1 >= n:
             raise JpegError(SkipReason.TRUNCATED, f"ends at byte {n} before the image data (no SOS marker)")
         if data[pos] != 0xFF:
-            raise JpegError(SkipReason.CORRUPT, f"expected a marker at byte {pos}, found 0x{data[pos]:02x}")
+            # Junk between segments (an EXIF segment whose length is short): libjpeg skips to
+            # the next marker with a warning and decodes every pixel; so do we.
+            pos = _next_marker(data, pos)
+            continue
         marker = data[pos + 1]
         if marker == 0xFF:
             pos += 1

@@ -70,6 +70,9 @@ class LmdbWriter(Writer):
 
     def _open(self) -> None:
         size = os.path.getsize(self.partial_path) if os.path.exists(self.partial_path) else 0
+        # Create it ourselves first: an unwritable place then raises the OSError that says
+        # so, not an lmdb.Error we would take for a damaged file.
+        os.close(os.open(self.partial_path, os.O_WRONLY | os.O_CREAT, 0o644))
         self._map_size = max(INITIAL_MAP_SIZE, 2 * size)
         try:
             self._env = lmdb.open(self.partial_path, subdir=False, lock=False, sync=False,

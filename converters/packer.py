@@ -26,6 +26,7 @@ from feedline.errors import DiskFullError, PackError
 from feedline.format import checksum, column_bytes, make_meta
 from feedline.scan import ScanResult, scan_folder, shuffled
 
+from .complete import INPUT_DIGEST_KEY, report_complete
 from .decode_check import DecodeCheck, DecodeChecker
 from .disk_space import check_room_for, write_failed
 from .journal import JournalEntry, check_entries, scan_digest
@@ -53,6 +54,7 @@ class _Tally:
     skipped: list[Skip] = field(default_factory=list)
     converted: int = 0
     source_bytes: int = 0
+    jpeg_warnings: int = 0
     consumed: int = 0             # scanned files consumed by the committed chunks
     chunks: int = 0
 
@@ -64,6 +66,7 @@ class _Tally:
         self.checksums += entry.checksums
         self.skipped += entry.skips()
         self.converted += entry.converted
+        self.jpeg_warnings += entry.jpeg_warnings
         self.source_bytes += entry.source_bytes
         self.consumed = entry.consumed
         self.chunks = entry.chunk + 1
@@ -81,9 +84,13 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions) -
     """Pack the image folder ``src`` into ``out``; see `converters.pack` for the contract."""
     started = time.perf_counter()
     out = os.path.abspath(os.fspath(out))
-    format_for(out, options.format)  # a bad extension fails before the scan
-    _check_out(out, options)
+    fmt = format_for(out, options.format)  # a bad extension fails before the scan
+    resuming_complete = options.resume and not options.overwrite and os.path.isfile(out)
+    if not resuming_complete:
+        _check_out(out, options)
     scan = shuffled(scan_folder(os.fspath(src), options.labels_csv), options.shuffle)
+    if resuming_complete:
+        return report_complete(scan, out, options.output_options(fmt), started)
     # Links not followed and labels CSV mismatches: listed with the skipped files.
     return pack_scan(scan, out, options, not_taken=[Skip.of(p) for p in scan.problems], started=started)
 
@@ -122,6 +129,9 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
         meta = make_meta(count=len(tally.labels), classes=scan.classes, pack_options=wanted,
                          source=scan.root, created=_utc_now(),
                          feedline_version=__version__, shard=shard, fields=scan.fields)
+        meta[INPUT_DIGEST_KEY] = digest
+        if options.check is PackCheck.DECODE:  # known only when every JPEG was decoded
+            meta["jpeg_warnings"] = tally.jpeg_warnings
         columns = column_bytes(tally.labels, tally.sizes, tally.paths, tally.checksums)
         columns.update(target_column_bytes(scan, tally.paths))
         writer.finish(columns, meta, tally.lengths)
@@ -146,7 +156,7 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
         writer.close()  # keep what is committed for --resume
         raise
     return PackReport(out=out, format=fmt.value, found=len(scan.paths) + len(not_taken), packed=len(tally.labels),
-                      converted=tally.converted, skipped=skipped, bytes_in=tally.source_bytes,
+                      converted=tally.converted, jpeg_warnings=tally.jpeg_warnings, skipped=skipped, bytes_in=tally.source_bytes,
                       bytes_out=sum(tally.lengths), seconds=time.perf_counter() - started,
                       resumed_from=resumed_from, error_report=report_path)
 
@@ -168,10 +178,16 @@ def _check_out(out: str, options: PackOptions) -> None:
     if os.path.lexists(out) and not options.overwrite:
         raise PackError(f"{out} already exists; pass --overwrite to replace it "
                         "(the old file stays until the new one is complete)")
+    folder = os.path.dirname(out)
     try:
-        os.makedirs(os.path.dirname(out), exist_ok=True)
+        os.makedirs(folder, exist_ok=True)
     except OSError as exc:
-        raise PackError(f"{os.path.dirname(out)}: cannot create the output folder ({exc.strerror})") from None
+        above = folder
+        while not os.path.lexists(above):
+            above = os.path.dirname(above)
+        why = f"{above} is a file, not a folder" if not os.path.isdir(above) else exc.strerror
+        raise PackError(f"{folder}: cannot create the output folder ({why}); "
+                        "choose a writable place for OUT") from None
 
 
 def _consume(scan: ScanResult, writer: Writer, options: PackOptions, tally: _Tally,
@@ -231,6 +247,7 @@ def _commit_outcomes(outcomes, scan: ScanResult, writer: Writer, options: PackOp
             entry.lengths.append(len(data))
             entry.checksums.append(checksum(data))
             entry.converted += outcome.converted is not None
+            entry.jpeg_warnings += outcome.warning is not None
             entry.source_bytes += outcome.source_bytes
             pending_bytes += len(data)
             read += outcome.source_bytes

@@ -22,6 +22,7 @@ class Record(NamedTuple):
     width: int
     converted: str | None       # why it was re-encoded; None when stored byte for byte
     source_bytes: int
+    warning: str | None = None  # a benign libjpeg warning met by the decode check (jpeg_warnings)
 
 
 class Conversion(NamedTuple):

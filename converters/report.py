@@ -25,6 +25,7 @@ class SkipReason(str, Enum):
     SYMLINK_REPEAT = scan.SYMLINK_REPEAT    # a folder link to a folder packed anyway: not followed
     NOT_IN_LABELS = scan.NOT_IN_LABELS      # in the folder, not in the labels CSV
     MISSING = scan.MISSING                  # in the labels CSV, not in the folder
+    NO_CLASS = scan.NO_CLASS                # an image beside the class folders
 
 
 class Skip(NamedTuple):
@@ -53,6 +54,7 @@ class PackReport:
     found: int
     packed: int
     converted: int                 # packed records re-encoded (non-JPEG, CMYK, rotated, shrunk, ...)
+    jpeg_warnings: int = 0         # packed JPEGs whose decode check met a benign libjpeg warning
     skipped: list[Skip] = field(default_factory=list)
     bytes_in: int = 0              # source bytes of the packed files
     bytes_out: int = 0             # encoded image bytes stored
@@ -60,6 +62,7 @@ class PackReport:
     resumed_from: int = 0          # files already consumed by an interrupted run
     error_report: str | None = None
     shards: list["PackReport"] = field(default_factory=list)   # a sharded pack: one report per shard
+    already_complete: bool = False  # --resume found OUT complete, from the same input and options
 
     @property
     def skipped_by_reason(self) -> dict[str, int]:
@@ -69,6 +72,9 @@ class PackReport:
         """A few lines for people; the CLI prints them."""
         if self.shards:
             return self._sharded_summary()
+        if self.already_complete:
+            return [f"{self.out} is already complete: {self.packed} records from the same input and options "
+                    f"({len(self.skipped)} skipped); nothing to do"]
         mib = self.bytes_out / 2**20
         rate = self.found - self.resumed_from
         speed = (f"{rate / self.seconds:.0f} files/s, {self.bytes_in / 2**20 / self.seconds:.1f} MiB/s"
@@ -78,6 +84,9 @@ class PackReport:
         if self.resumed_from:
             lines.append(f"  resumed after {self.resumed_from} files packed by an earlier run")
         lines.append(f"  converted to JPEG: {self.converted}")
+        if self.jpeg_warnings:
+            lines.append(f"  packed with a harmless libjpeg warning (extraneous bytes, a bad ICC or EXIF "
+                         f"segment; the image decodes to the end): {self.jpeg_warnings}")
         if self.skipped:
             reasons = ", ".join(f"{k}: {v}" for k, v in self.skipped_by_reason.items())
             lines.append(f"  skipped: {len(self.skipped)} ({reasons})"

@@ -130,7 +130,8 @@ def _report_of_done(name: str, fmt: str, not_taken: list[Skip]) -> PackReport:
 
 def _combined(reports: list[PackReport], out: str, fmt: str, seconds: float) -> PackReport:
     return PackReport(out=out, format=fmt, found=sum(r.found for r in reports), packed=sum(r.packed for r in reports),
-                      converted=sum(r.converted for r in reports), skipped=[s for r in reports for s in r.skipped],
+                      converted=sum(r.converted for r in reports),
+                      jpeg_warnings=sum(r.jpeg_warnings for r in reports), skipped=[s for r in reports for s in r.skipped],
                       bytes_in=sum(r.bytes_in for r in reports), bytes_out=sum(r.bytes_out for r in reports),
                       seconds=seconds, resumed_from=sum(r.resumed_from for r in reports), shards=reports)
 

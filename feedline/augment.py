@@ -95,7 +95,8 @@ def center_crop(heights, widths, size: tuple[int, int], crop_fraction: float = 0
     H = np.asarray(heights, dtype=np.int64)
     W = np.asarray(widths, dtype=np.int64)
     resized_short = int(min(size) / crop_fraction)
-    factor = resized_short / np.minimum(H, W)  # source -> resized
+    # source -> resized; an empty record (0 x 0: an empty file in a folder) gets an empty box, no warning
+    factor = resized_short / np.maximum(np.minimum(H, W), 1)
     bh = np.minimum(H, np.round(size[0] / factor)).astype(np.int64)
     bw = np.minimum(W, np.round(size[1] / factor)).astype(np.int64)
     top = np.round((H - bh) / 2.0).astype(np.int64)

@@ -59,6 +59,7 @@ class DatasetInfo:
     created: str | None = None
     feedline_version: str | None = None
     fields: dict = field(default_factory=dict)   # field name -> its statistics (`target_stats.field_stats`)
+    jpeg_warnings: int | None = None   # records packed with a benign libjpeg warning (pack --check decode)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -108,6 +109,7 @@ def _describe(store: Store) -> DatasetInfo:
         created=meta.get("created"),
         feedline_version=meta.get("feedline_version"),
         fields=field_stats(store.target_columns),
+        jpeg_warnings=meta.get("jpeg_warnings"),
     )
 
 
@@ -159,6 +161,9 @@ def format_info(info: DatasetInfo, max_classes: int = 20) -> str:
     if info.labels_out_of_range:
         rows.append(("bad labels", f"{info.labels_out_of_range:,} record(s) name no class "
                                    "(run `feedline verify`)"))
+    if info.jpeg_warnings:
+        rows.append(("jpeg warnings", f"{info.jpeg_warnings:,} record(s) decode with a harmless libjpeg warning "
+                                      "(extraneous bytes, a bad ICC or EXIF segment): the image decodes to the end"))
     if info.pack_options:
         rows.append(("pack options", ", ".join(f"{k}={v}" for k, v in sorted(info.pack_options.items()))))
     for name, value in (("source", info.source), ("created", info.created),

@@ -33,6 +33,7 @@ SYMLINK_LOOP = "symlink-loop"           # a folder link to a folder on its own p
 SYMLINK_REPEAT = "symlink-repeat"       # a folder link to a folder the walk reaches anyway
 NOT_IN_LABELS = "not-in-labels-csv"     # an image in the folder that the labels CSV does not list
 MISSING = "missing"                     # a labels CSV row whose file does not exist
+NO_CLASS = "no-class"                   # an image beside the class folders: in no class
 
 
 class Unscanned(NamedTuple):
@@ -201,8 +202,16 @@ def _scan_classes(root: str) -> ScanResult:
     classes = [n for n in names if n in entered or not os.path.islink(os.path.join(root, n))]
     label_of = {name: label for label, name in enumerate(classes)}
     paths = walk.sorted_found()
-    # Images lying next to the class folders belong to no class: ImageFolder ignores them too.
-    return ScanResult(root, paths, [label_of[p.split("/", 1)[0]] for p in paths], classes, walk.problems)
+    # Images lying next to the class folders belong to no class (ImageFolder ignores them
+    # too): listed, so that they are not lost without a word.
+    strays = [Unscanned(name, NO_CLASS, "an image beside the class folders belongs to no class; not packed "
+                        "(move it into a class folder)") for name in _top_images(root)]
+    return ScanResult(root, paths, [label_of[p.split("/", 1)[0]] for p in paths], classes,
+                      walk.problems + strays)
+
+
+def _top_images(root: str) -> list[str]:
+    return sorted(e.name for e in os.scandir(root) if is_image_name(e.name) and not e.is_dir())
 
 
 def _scan_with_csv(root: str, labels_file: str) -> ScanResult:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from .decoders import jpeg_warnings
 from .errors import FeedlineError, StoreError
 from .format import checksum
 from .stores import Store, open_dataset
@@ -66,6 +67,7 @@ class VerifyResult:
     seconds: float
     has_checksums: bool = False
     problems: list[Problem] = field(default_factory=list)
+    jpeg_warnings: int = 0   # records that decoded completely after a benign libjpeg warning
 
     @property
     def ok(self) -> bool:
@@ -81,6 +83,8 @@ class VerifyResult:
         if self.mode == VerifyMode.FULL.value:
             checks.append(f"decode with {self.decoder} to their stated sizes")
         note = "" if self.has_checksums or self.kind == "folder" else "; no checksums in this file"
+        if self.jpeg_warnings:
+            note += f"; {self.jpeg_warnings:,} with a harmless libjpeg warning (the image decodes to the end)"
         return (f"OK: {self.filename} ({self.kind}): {self.count:,} records {', '.join(checks)}, labels in "
                 f"range ({self.seconds:.1f} s, {self.jobs} threads{note})")
 
@@ -88,6 +92,7 @@ class VerifyResult:
         return {"filename": self.filename, "kind": self.kind, "ok": self.ok, "count": self.count,
                 "decoded": self.decoded, "checksummed": self.checksummed, "has_checksums": self.has_checksums,
                 "mode": self.mode, "decoder": self.decoder, "jobs": self.jobs, "seconds": self.seconds,
+                "jpeg_warnings": self.jpeg_warnings,
                 "problems": [{"index": p.index, "path": p.path, "problem": p.problem} for p in self.problems]}
 
 
@@ -164,7 +169,7 @@ def _verify(store: Store, dec: Decoder | None, jobs: int, on_progress, mode: Ver
     problems += tally.problems
     problems.sort(key=lambda p: (p.index is not None, p.index or 0))
     return VerifyResult(filename=store.filename, kind=store.kind, count=len(store), decoded=tally.decoded,
-                        checksummed=tally.checksummed, mode=mode.value, decoder=dec.name if dec else "none",
+                        checksummed=tally.checksummed, jpeg_warnings=tally.jpeg_warnings, mode=mode.value, decoder=dec.name if dec else "none",
                         jobs=jobs, seconds=time.perf_counter() - start, has_checksums=has_checksums,
                         problems=problems)
 
@@ -190,11 +195,13 @@ class _Tally:
     problems: list[Problem] = field(default_factory=list)
     decoded: int = 0
     checksummed: int = 0
+    jpeg_warnings: int = 0
 
     def add(self, other: "_Tally") -> None:
         self.problems += other.problems
         self.decoded += other.decoded
         self.checksummed += other.checksummed
+        self.jpeg_warnings += other.jpeg_warnings
 
 
 def _check_record(store: Store, dec: Decoder | None, index: int, sums: np.ndarray | None, tally: _Tally) -> None:
@@ -213,9 +220,11 @@ def _check_record(store: Store, dec: Decoder | None, index: int, sums: np.ndarra
         tally.checksummed += 1
     if dec is None:
         return
+    jpeg_warnings.take()   # nothing left over from an earlier decode on this thread
     text = _decode_problem(dec, data, expected)
     if text is None:
         tally.decoded += 1
+        tally.jpeg_warnings += jpeg_warnings.take() is not None
     else:
         tally.problems.append(Problem(index, store.path(index), text))
 

@@ -301,3 +301,31 @@ def test_sigkill_then_resume_is_identical(src, reference, tmp_path, ext):
     report = pack(src, out, commit_every=2, resume=True)
     assert report.resumed_from == done
     assert snapshot(out) == reference[ext]
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+def test_resume_of_a_complete_output_reports_it_and_exits_0(src, reference, tmp_path, monkeypatch, capsys, ext):
+    """A resumed command run twice (a script, a retry) succeeds the second time without
+    packing again; with other options or another input it is refused, OUT untouched."""
+    import shutil
+
+    from feedline.cli import main
+    out = _pack_ok(src, str(tmp_path / f"o.{ext}"))
+    before = open(out, "rb").read()
+    report, read = resume_reading(monkeypatch, src, out)
+    assert read == [] and report.already_complete and report.packed == 17 and len(report.skipped) == 2
+    import logging
+    handlers = logging.root.handlers[:]
+    try:
+        assert main(["pack", src, out, "--resume"]) == 0
+    finally:  # main() configures logging onto this test's captured stderr
+        logging.root.handlers[:] = handlers
+    assert capsys.readouterr().out.strip() == (f"{out} is already complete: 17 records from the same input and "
+                                                "options (2 skipped); nothing to do")
+    with pytest.raises(PackError, match=r"complete but was packed with other options \(quality: 95 then, 80 now\)"):
+        pack(src, out, quality=80, resume=True)
+    copy = shutil.copytree(src, str(tmp_path / "copy"))
+    os.remove(os.path.join(copy, "class_000", "cmyk.jpg"))
+    with pytest.raises(PackError, match="complete but was packed from other input"):
+        pack(copy, out, resume=True)
+    assert open(out, "rb").read() == before and snapshot(out) == reference[ext]

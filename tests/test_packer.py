@@ -71,6 +71,9 @@ def test_a_pack_reports_what_it_read_and_wrote_and_stamps_its_metadata(mixed, tm
     assert report.bytes_in == sum(source_size(mixed, p) for p in paths)
     assert report.bytes_out == sum(len(r) for r in records_of(out))
     assert before <= datetime.datetime.fromisoformat(meta.pop("created")) <= after
+    from converters.journal import scan_digest
+    from feedline.scan import scan_folder
+    assert meta.pop("input_digest") == scan_digest(scan_folder(mixed))
     assert meta == {"format": "feedline", "format_version": 2, "checksum": "xxh3_64", "count": 13,
                     "classes": ["class_000", "class_001"], "source": mixed, "feedline_version": __version__,
                     "pack_options": PackOptions().output_options(feedline_format("lmdb"))}
@@ -106,7 +109,8 @@ def test_where_out_cannot_be_written_is_said_before_the_source_is_read(mixed, tm
     (tmp_path / "file").write_text("x")
     with pytest.raises(PackError) as err:
         pack(str(tmp_path / "no-such-src"), str(tmp_path / "file" / "sub" / "o.lmdb"))
-    assert str(err.value) == f"{tmp_path / 'file' / 'sub'}: cannot create the output folder (Not a directory)"
+    assert str(err.value) == (f"{tmp_path / 'file' / 'sub'}: cannot create the output folder "
+                              f"({tmp_path / 'file'} is a file, not a folder); choose a writable place for OUT")
     with pytest.raises(PackError) as err:
         pack(str(tmp_path / "no-such-src"), str(tmp_path), format="lmdb")
     assert str(err.value) == f"{tmp_path} is a folder; name an output file such as OUT.lmdb or OUT.h5"

@@ -87,3 +87,21 @@ def test_sample_refuses_a_folder_that_is_not_empty_unless_merge(tmp_path, capsys
     (tmp_path / "empty").mkdir()
     code, _, _ = sample_cli(tmp_path / "empty", "-n", "1", capsys=capsys)
     assert code == 0 and len(list((tmp_path / "empty").rglob("*.jpg"))) == 1
+
+
+def test_sample_with_fewer_images_than_classes_says_what_it_makes(tmp_path, capsys):
+    code, out, err = sample_cli(tmp_path / "few", "-n", "5", "--classes", "10", capsys=capsys)
+    assert code == 0
+    assert err.splitlines()[0] == (f"sample: writing 5 images in 5 classes (not 10: each class needs an image; "
+                                   f"pass -n 10 or more) into {tmp_path / 'few'}")
+    assert out.startswith("5 images in 5 classes,")
+    assert sorted(p.name for p in (tmp_path / "few").iterdir()) == [f"class_{k:03d}" for k in range(5)]
+
+
+def test_sample_help_shows_a_plain_percent_and_explains_every_option(capsys):
+    from feedline.cli import main
+    with pytest.raises(SystemExit):
+        main(["sample", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "every 10% of the images" in text and "%%" not in text
+    assert "--seed SEED seed of the crops" in text

@@ -185,3 +185,23 @@ def test_a_file_given_as_src_says_it_is_a_file(tmp_path):
         pack(str(tmp_path / "photo.jpg"), str(tmp_path / "o.lmdb"))
     with pytest.raises(FeedlineError, match="no such folder"):
         pack(str(tmp_path / "nope"), str(tmp_path / "o.lmdb"))
+
+
+@pytest.mark.parametrize("ext", ["lmdb", "h5"])
+def test_an_image_beside_the_class_folders_is_listed_not_dropped_silently(tmp_path, ext):
+    root = photos(tmp_path / "src")
+    stray = os.path.join(root, "class_000", "img_0000000.jpg")
+    with open(stray, "rb") as fh:
+        data = fh.read()
+    with open(os.path.join(root, "stray.jpg"), "wb") as fh:
+        fh.write(data)
+    with open(os.path.join(root, "notes.txt"), "w") as fh:   # not an image: not listed
+        fh.write("x")
+    scan = scan_folder(root)
+    assert "stray.jpg" not in scan.paths and scan.classes == ["class_000", "class_001"]
+    assert [(p.path, p.reason) for p in scan.problems] == [("stray.jpg", "no-class")]
+    out = str(tmp_path / f"out.{ext}")
+    report = pack(root, out)
+    assert report.found == 7 and report.packed == 6
+    assert report_rows(out) == [["stray.jpg", "no-class", "an image beside the class folders belongs to no class; "
+                                                          "not packed (move it into a class folder)"]]

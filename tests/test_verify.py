@@ -28,7 +28,7 @@ from feedline.verify import CHUNK, Problem, strict_decoder, verify
 
 N_MANY = 300   # five chunks of CHUNK=64: more than one thread keeps in flight (4 per thread)
 RESULT_KEYS = {"filename", "kind", "ok", "count", "decoded", "checksummed", "has_checksums", "mode", "decoder",
-               "jobs", "seconds", "problems"}
+               "jobs", "seconds", "problems", "jpeg_warnings"}
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +140,7 @@ def test_json_has_every_field(clean, auto, capsys):
         assert data.pop("seconds") >= 0
         assert data == {"filename": clean, "kind": "lmdb", "ok": True, "count": 12, "decoded": decoded,
                         "checksummed": 12, "has_checksums": True, "mode": mode, "decoder": decoder, "jobs": 2,
-                        "problems": []}
+                        "problems": [], "jpeg_warnings": 0}
 
 
 def test_the_messages_that_say_what_to_do_instead(tmp_path):
@@ -196,7 +196,7 @@ def test_a_list_of_shards_that_will_not_open_is_a_failed_result(shards, tmp_path
     del data["seconds"]
     assert data == {"filename": ", ".join(copies), "kind": "unknown", "ok": False, "count": 0, "decoded": 0,
                     "checksummed": 0, "has_checksums": False, "mode": mode,
-                    "decoder": auto if mode == "full" else "none", "jobs": 3}
+                    "decoder": auto if mode == "full" else "none", "jobs": 3, "jpeg_warnings": 0}
 
 
 def test_default_jobs_is_the_usable_cores_or_the_core_count_where_affinity_is_unknown(clean, monkeypatch):

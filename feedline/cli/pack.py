@@ -16,8 +16,10 @@ transparency is composited on white, EXIF orientation is applied, 16-bit is scal
 to 8-bit, gray stays gray.
 
 Damage inside a JPEG's image data passes the header check; --check decode also
-decodes every JPEG stored as it is (strictly: a libjpeg warning such as corrupt data
-or a premature end skips the file as corrupt), at the cost of a full decode per file.
+decodes every JPEG stored as it is (strictly: a libjpeg warning that damages pixels, such
+as corrupt data or a premature end, skips the file as corrupt; a harmless one, such as
+extraneous bytes or a bad ICC or EXIF segment, keeps it and is counted in `feedline info`),
+at the cost of a full decode per file.
 Every record gets an xxh3_64 checksum of its bytes, checked by FeedLoader on every read
 and by `feedline verify` (--checksums-only for a fast check of the bytes alone).
 
@@ -84,7 +86,9 @@ def register(subparsers) -> None:
                    help="store the records in a random order from SEED instead of sorted: records of "
                         "every class then lie side by side, as order='quasi-random' needs (default: sorted)")
     p.add_argument("--jobs", type=int, metavar="N", help="reader/converter threads (default: one per core)")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted pack of the same OUT")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted pack of the same OUT (an OUT already complete, from the same "
+                        "input and options, is reported and left as it is)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT once the new one is complete")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
     shards = p.add_argument_group("shards")
@@ -107,10 +111,12 @@ def run(args) -> int:
     from converters.options import parse_shard_size
 
     from ..errors import FeedlineError
+    from ..unwritable import writing_to
     if args.join:
         if args.src is None or args.out is not None:
             raise FeedlineError("--join takes OUT alone: feedline pack --join OUT.lmdb")
-        path = join_shards(args.src)
+        with writing_to(args.src):
+            path = join_shards(args.src)
         if not args.quiet:
             print(f"wrote {path}")
         return 0
@@ -123,7 +129,8 @@ def run(args) -> int:
                           overwrite=args.overwrite, progress=not args.quiet, num_shards=args.num_shards,
                           shard_index=args.shard_index, shuffle=args.shuffle, layout=args.layout,
                           **sharding)
-    report = pack(args.src, args.out, options)
+    with writing_to(args.out):
+        report = pack(args.src, args.out, options)
     if not args.quiet:
         print("\n".join(report.summary_lines()))
     return 0

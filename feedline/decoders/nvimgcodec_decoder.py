@@ -23,7 +23,7 @@ class NvimgcodecDecoder(Decoder):
 
     - ``strict=True`` (the default): the partner, a strict libjpeg-turbo decode
       (simplejpeg, else PyTurboJPEG with the system library), at a reduced DCT scale where
-      the crop allows it. nvImageCodec's libjpeg-turbo cannot be strict: it ignores libjpeg's
+      the crop allows it; warnings that leave the pixels whole pass (`jpeg_warnings`). nvImageCodec's libjpeg-turbo cannot be strict: it ignores libjpeg's
       warnings, so damaged entropy-coded data ("Corrupt JPEG data") decodes silently into
       a wrong image, and a region decode never reads the data below the region. Detecting
       damage takes a full Huffman decode, which is most of a decode's cost even at 1/8

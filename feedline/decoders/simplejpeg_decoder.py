@@ -10,6 +10,7 @@ import numpy as np
 import simplejpeg
 
 from ..errors import DecodeError
+from . import jpeg_warnings
 from .base import Box, Decoder, choose_scale, is_jpeg, resize_scaled_into
 
 INSTALL = "pip install simplejpeg"
@@ -20,8 +21,8 @@ class SimplejpegDecoder(Decoder):
     """Decode straight to RGB (gray JPEGs come out replicated), at 1/2, 1/4 or 1/8 scale
     in the DCT domain when the crop is at least that much larger than the output.
 
-    Strict by default: a libjpeg warning (corrupt data, premature end) is a DecodeError,
-    not a partly gray image. ``strict=False`` returns what libjpeg-turbo could decode.
+    Strict by default: a libjpeg warning that damages pixels (corrupt data, premature end)
+    is a DecodeError, not a partly gray image; a benign one (`jpeg_warnings`) is not. ``strict=False`` returns what libjpeg-turbo could decode.
     Data that is not a JPEG, CMYK/YCCK and 12-bit JPEGs go to OpenCV.
     Thread-safe: each call has its own libjpeg-turbo handle; simplejpeg releases the GIL.
     """
@@ -61,6 +62,13 @@ class SimplejpegDecoder(Decoder):
         except ValueError as exc:
             if "precision" in str(exc):   # "Unsupported JPEG data precision 12": OpenCV's to try
                 return self._fallback.decode(data)
+            if self.strict and jpeg_warnings.is_benign(str(exc)):  # every pixel decodes: take them
+                jpeg_warnings.note(str(exc))
+                try:
+                    return simplejpeg.decode_jpeg(data, "rgb", fastdct=self.fast_dct, fastupsample=self.fast_upsample,
+                                                  min_height=min_h, min_width=min_w, strict=False)
+                except ValueError:  # a warning in the header stops simplejpeg even when lenient
+                    return self._fallback.decode(data)
             how = "cleanly (strict)" if self.strict else ""
             raise DecodeError(f"libjpeg-turbo (simplejpeg) cannot decode it {how}: {exc}".replace("  ", " ")) \
                 from None
@@ -77,8 +85,10 @@ def _rgb_header(data) -> tuple[int, int] | None:
         return None
     try:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-    except ValueError:  # e.g. a 12-bit JPEG; OpenCV fails too when the header is damaged
-        return None
+    except ValueError as exc:  # e.g. a 12-bit JPEG; OpenCV fails too when the header is damaged
+        if not jpeg_warnings.is_benign(str(exc)):  # junk between segments: the decode sees it again
+            return None
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data, strict=False)
     return None if colorspace in _NOT_RGB else (height, width)
 
 

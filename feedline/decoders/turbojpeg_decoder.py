@@ -11,12 +11,14 @@ import numpy as np
 import turbojpeg
 
 from ..errors import BackendUnavailable, DecodeError
+from . import jpeg_warnings
 from .base import JPEG_SCALES, Box, Decoder, choose_scale, is_jpeg, resize_scaled_into
 
 PIP_INSTALL = "pip install '.[turbojpeg]' from a clone of feedline, or pip install 'PyTurboJPEG<2'"
 LIB_INSTALL = "brew install jpeg-turbo" if platform.system() == "Darwin" else "sudo apt-get install libturbojpeg0"
 _NOT_RGB = (3, 4)              # TJCS_CMYK, TJCS_YCCK: libjpeg-turbo will not convert these to RGB
 _TJFLAG_STOPONWARNING = 8192   # turbojpeg.h (libjpeg-turbo >= 2.0)
+_TJERR_WARNING = 0             # tjGetErrorCode: the last failure was a warning, the image is complete
 
 
 class TurbojpegDecoder(Decoder):
@@ -28,8 +30,9 @@ class TurbojpegDecoder(Decoder):
 
     Warnings policy: for a damaged JPEG (premature end of data, a corrupt segment)
     libjpeg-turbo emits a *warning* and still yields an image, partly gray. By default
-    (``strict=True``) libturbojpeg is called directly with TJFLAG_STOPONWARNING and the
-    warning is a DecodeError. ``strict=False`` returns that image; PyTurboJPEG then reports
+    (``strict=True``) libturbojpeg is called directly with TJFLAG_STOPONWARNING and a
+    warning that damages pixels is a DecodeError; after a benign one (`jpeg_warnings`) the
+    image is decoded again past it. ``strict=False`` returns that image; PyTurboJPEG then reports
     the warning with ``warnings.warn`` (a UserWarning, shown once per message by Python's
     default filter), which a decode thread cannot catch per thread (``catch_warnings``
     swaps process-wide state). Fatal errors are a DecodeError in both modes. Data that is
@@ -130,6 +133,7 @@ class _StrictLibrary:
         self._init = _function(lib.tjInitDecompress, c_void_p, [])
         self._destroy = _function(lib.tjDestroy, c_int, [c_void_p])
         self._error = _function(lib.tjGetErrorStr2, c_char_p, [c_void_p])
+        self._error_code = _function(lib.tjGetErrorCode, c_int, [c_void_p])
         self._header = _function(lib.tjDecompressHeader3, c_int,
                                  [c_void_p, c_void_p, c_ulong] + [POINTER(c_int)] * 4)
         self._decompress = _function(lib.tjDecompress2, c_int,
@@ -143,7 +147,8 @@ class _StrictLibrary:
         try:
             width, height, subsampling, colorspace = c_int(), c_int(), c_int(), c_int()
             if self._header(handle, src.ctypes.data, src.size, byref(width), byref(height),
-                            byref(subsampling), byref(colorspace)) != 0:
+                            byref(subsampling), byref(colorspace)) != 0 and not (
+                    jpeg_warnings.is_benign(self._message(handle)) and width.value > 0 and height.value > 0):
                 raise DecodeError(f"libjpeg-turbo cannot read the JPEG header: {self._message(handle)}")
             if colorspace.value in _NOT_RGB:
                 return None
@@ -152,10 +157,20 @@ class _StrictLibrary:
             image = np.empty((h, w, 3), dtype=np.uint8)
             if self._decompress(handle, src.ctypes.data, src.size, image.ctypes.data, w, 0, h,
                                 turbojpeg.TJPF_RGB, flags | _TJFLAG_STOPONWARNING) != 0:
-                raise DecodeError(f"libjpeg-turbo cannot decode it cleanly (strict): {self._message(handle)}")
+                message = self._message(handle)
+                if not (jpeg_warnings.is_benign(message) and self._decode_past_warnings(handle, src, image, flags)):
+                    raise DecodeError(f"libjpeg-turbo cannot decode it cleanly (strict): {message}")
+                jpeg_warnings.note(message)
             return image
         finally:
             self._destroy(handle)
+
+    def _decode_past_warnings(self, handle, src: np.ndarray, image: np.ndarray, flags: int) -> bool:
+        """Decode into ``image`` again, going on after warnings; False on an error."""
+        h, w = image.shape[:2]
+        done = self._decompress(handle, src.ctypes.data, src.size, image.ctypes.data, w, 0, h,
+                                turbojpeg.TJPF_RGB, flags)
+        return done == 0 or self._error_code(handle) == _TJERR_WARNING
 
     def _message(self, handle) -> str:
         return self._error(handle).decode(errors="replace")

@@ -32,7 +32,8 @@ def record_error(store, index: int, error: BaseException) -> DecodeError:
     and what to do."""
     if isinstance(error, DecodeError) and error.index == index:
         return error
-    path, detail = store.path(index), str(error)
+    # A checksum error names the record and says what to do itself: only its facts go on.
+    path, detail = store.path(index), getattr(error, "detail", None) or str(error)
     stop = "" if detail.endswith(".") else "."   # a store's message ends with its own full stop
     return DecodeError(f"record {index} ({path}) of {store.filename}: {reason_of(error)}: {detail}{stop} "
                        "Check the file with `feedline verify`, or pass on_error='substitute'.",

@@ -55,12 +55,17 @@ class Store(ABC):
 
     def _mismatch(self, index: int, expected: int, actual: int) -> ChecksumError:
         path = self.path(index)
-        return ChecksumError(
+        error = ChecksumError(
             f"{self.filename}: record {index} ({path}): checksum mismatch (stored {expected:016x}, "
             f"the bytes read hash to {actual:016x}): the file changed on disk after it was packed. "
             "Copy it again or pack the source folder again (feedline pack SRC OUT --overwrite); "
             "`feedline verify --checksums-only` lists every damaged record; to train past damaged "
             "records, pass on_error='substitute'.", self.filename, index, path)
+        # What the loader's one-line error adds after naming the record and before its advice.
+        error.detail = (f"stored {expected:016x}, the bytes read hash to {actual:016x}: the file changed on "
+                        "disk after it was packed; copy it again or pack the source folder again "
+                        "(feedline pack SRC OUT --overwrite)")
+        return error
 
     @property
     def checksums(self) -> np.ndarray | None:

@@ -125,8 +125,10 @@ class ShardedStore(Store):
     def _mismatch(self, index: int, expected: int, actual: int) -> ChecksumError:
         store, local = self._locate(index)
         error = store._mismatch(local, expected, actual)
-        return ChecksumError(f"{self.filename}: record {index}, in shard {error}", store.filename, index,
-                             error.path)
+        combined = ChecksumError(f"{self.filename}: record {index}, in shard {error}", store.filename, index,
+                                 error.path)
+        combined.detail = f"in shard {store.filename}, {error.detail}"
+        return combined
 
     def byte_ranges(self, first: int, stop: int) -> list[tuple[str, int, int]]:
         self._check_span(first, stop)

@@ -13,6 +13,7 @@ import sys
 
 from ..errors import FeedlineError
 from ..flags import add_dataclass_arguments, config_from_args
+from ..unwritable import writing_to
 from .config import TrainConfig, TrainError
 
 DESCRIPTION = (
@@ -36,7 +37,8 @@ def run(args) -> int:
     from . import train
     cfg = config_from_args(TrainConfig, args)
     try:
-        result = train(cfg)
+        with writing_to(cfg.out, "--out"):
+            result = train(cfg)
     except FeedlineError as exc:  # e.g. a bad record under --on-error raise: in the words of the flags
         if "on_error='substitute'" not in str(exc):
             raise
