@@ -28,8 +28,9 @@ def test_the_editable_install_is_a_plain_path_entry_without_warnings(tmp_path):
         shutil.copytree(ROOT / package, project / package, ignore=shutil.ignore_patterns("__pycache__", "results"))
     prefix = tmp_path / "prefix"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # --ignore-installed: without it pip first uninstalls the feedline the running venv holds.
     done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                           "--no-index", "--prefix", str(prefix), "-e", str(project)],
+                           "--no-index", "--ignore-installed", "--prefix", str(prefix), "-e", str(project)],
                           cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout + done.stderr == ""    # was: BuildBackendWarning ... "careful with folders"

@@ -50,22 +50,12 @@ class Store(ABC):
         if sums is not None:
             actual = checksum(data)
             if actual != int(sums[i]):
-                raise self._mismatch(i, int(sums[i]), actual)
+                raise self.mismatch_error(i, int(sums[i]), actual)
         return data
 
-    def _mismatch(self, index: int, expected: int, actual: int) -> ChecksumError:
-        path = self.path(index)
-        error = ChecksumError(
-            f"{self.filename}: record {index} ({path}): checksum mismatch (stored {expected:016x}, "
-            f"the bytes read hash to {actual:016x}): the file changed on disk after it was packed. "
-            "Copy it again or pack the source folder again (feedline pack SRC OUT --overwrite); "
-            "`feedline verify --checksums-only` lists every damaged record; to train past damaged "
-            "records, pass on_error='substitute'.", self.filename, index, path)
-        # What the loader's one-line error adds after naming the record and before its advice.
-        error.detail = (f"stored {expected:016x}, the bytes read hash to {actual:016x}: the file changed on "
-                        "disk after it was packed; copy it again or pack the source folder again "
-                        "(feedline pack SRC OUT --overwrite)")
-        return error
+    def mismatch_error(self, index: int, expected: int, actual: int) -> ChecksumError:
+        """The error for record ``index`` whose bytes hash to ``actual``, not ``expected``."""
+        return checksum_mismatch(self.filename, index, self.path(index), expected, actual)
 
     @property
     def checksums(self) -> np.ndarray | None:
@@ -173,6 +163,21 @@ class Store(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.filename!r}: {len(self)} records, {len(self.classes)} classes>"
+
+
+def checksum_mismatch(filename: str, index: int, path: str, expected: int, actual: int) -> ChecksumError:
+    """A record's checksum mismatch: what, where and what to do; ``.detail`` is what the
+    loader's one-line error adds after naming the record and before its own advice."""
+    error = ChecksumError(
+        f"{filename}: record {index} ({path}): checksum mismatch (stored {expected:016x}, "
+        f"the bytes read hash to {actual:016x}): the file changed on disk after it was packed. "
+        "Copy it again or pack the source folder again (feedline pack SRC OUT --overwrite); "
+        "`feedline verify --checksums-only` lists every damaged record; to train past damaged "
+        "records, pass on_error='substitute'.", filename, index, path)
+    error.detail = (f"stored {expected:016x}, the bytes read hash to {actual:016x}: the file changed on "
+                    "disk after it was packed; copy it again or pack the source folder again "
+                    "(feedline pack SRC OUT --overwrite)")
+    return error
 
 
 def column_names(meta: dict) -> tuple[str, ...]:

@@ -122,9 +122,9 @@ class ShardedStore(Store):
         store, local = self._locate(self._check(index))
         return store.read(local)
 
-    def _mismatch(self, index: int, expected: int, actual: int) -> ChecksumError:
+    def mismatch_error(self, index: int, expected: int, actual: int) -> ChecksumError:
         store, local = self._locate(index)
-        error = store._mismatch(local, expected, actual)
+        error = store.mismatch_error(local, expected, actual)
         combined = ChecksumError(f"{self.filename}: record {index}, in shard {error}", store.filename, index,
                                  error.path)
         combined.detail = f"in shard {store.filename}, {error.detail}"
