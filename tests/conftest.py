@@ -1,6 +1,7 @@
 """Shared fixtures: small folders of realistic photo-like JPEGs, built once per session."""
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 
@@ -53,6 +54,15 @@ def small_disk(tmp_path, request):
 
     yield Disk
     subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def restore_logging():
+    """For tests of main(): logging.basicConfig binds a handler to one test's captured stderr."""
+    handlers, level = logging.root.handlers[:], logging.root.level
+    yield
+    logging.root.handlers[:] = handlers
+    logging.root.setLevel(level)
 
 
 def pytest_collection_modifyitems(config, items):

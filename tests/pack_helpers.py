@@ -94,14 +94,20 @@ def big(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory) -> str:
     """Photos, files that are converted (PNG, CMYK, EXIF-rotated) and bad ones, in two classes."""
+    return mixed_folder(tmp_path_factory.mktemp("mixed") / "src", n=10, seed=8, converted="class_001",
+                        bad=("class_000", "class_001"))
+
+
+def mixed_folder(root, n: int, seed: int, converted: str, bad: tuple[str, str]) -> str:
+    """``n`` photos in two classes, three files pack converts (PNG, CMYK, EXIF-rotated) in
+    class ``converted``, an empty JPEG in class ``bad[0]`` and a text file named .png in ``bad[1]``."""
     import helpers_images as imgs
     from feedline.sample import make_photo_folder
-    root = tmp_path_factory.mktemp("mixed") / "src"
-    make_photo_folder(str(root), n=10, classes=2, seed=8, sizes=[(96, 64), (64, 96)])
+    make_photo_folder(str(root), n=n, classes=2, seed=seed, sizes=[(96, 64), (64, 96)])
     for name in ("rgba.png", "cmyk.jpg", "rotated.jpg"):
-        imgs.GOOD_BUILDERS[name](str(root / "class_001" / name))
-    (root / "class_000" / "empty.jpg").write_bytes(b"")
-    (root / "class_001" / "text.png").write_text("hello")
+        imgs.GOOD_BUILDERS[name](str(root / converted / name))
+    (root / bad[0] / "empty.jpg").write_bytes(b"")
+    (root / bad[1] / "text.png").write_text("hello")
     return str(root)
 
 

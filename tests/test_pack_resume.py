@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-import helpers_images as imgs
-from pack_helpers import committed, snapshot
+from pack_helpers import committed, mixed_folder, snapshot
 
 import feedline
 from converters import pack
@@ -25,14 +24,8 @@ FORMATS = ["lmdb", "h5"]
 def src(tmp_path_factory) -> str:
     """Photos in two classes plus a few converted and a few bad files: the journal
     must carry records, conversions and skips alike."""
-    from feedline.sample import make_photo_folder
-    root = tmp_path_factory.mktemp("resume") / "src"
-    make_photo_folder(str(root), n=14, classes=2, seed=5, sizes=[(96, 64), (64, 96)])
-    for name in ("rgba.png", "cmyk.jpg", "rotated.jpg"):
-        imgs.GOOD_BUILDERS[name](str(root / "class_000" / name))
-    (root / "class_001" / "empty.jpg").write_bytes(b"")
-    (root / "class_001" / "text.png").write_text("hello")
-    return str(root)
+    return mixed_folder(tmp_path_factory.mktemp("resume") / "src", n=14, seed=5, converted="class_000",
+                        bad=("class_001", "class_001"))
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,3 @@
-import logging
 
 import numpy as np
 import pytest
@@ -39,13 +38,7 @@ def test_photo_per_class_gives_each_class_its_own_photo(tmp_path):
 
 # -- the command ---------------------------------------------------------------
 
-@pytest.fixture(autouse=True)
-def restore_logging():
-    """main() calls logging.basicConfig, which binds a handler to this test's captured stderr."""
-    handlers, level = logging.root.handlers[:], logging.root.level
-    yield
-    logging.root.handlers[:] = handlers
-    logging.root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")   # main() calls logging.basicConfig
 
 
 def sample_cli(*argv, capsys):

@@ -8,7 +8,6 @@ runs as nobody; skipped where that cannot be arranged)."""
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import shutil
 import subprocess
@@ -27,12 +26,7 @@ TINY_TRAIN = ["--arch", "tiny", "--epochs", "1", "--size", "32", "--device", "cp
               "--no-synthetic", "--no-progress"]
 
 
-@pytest.fixture(autouse=True)
-def restore_logging():
-    handlers, level = logging.root.handlers[:], logging.root.level
-    yield
-    logging.root.handlers[:] = handlers
-    logging.root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")   # main() calls logging.basicConfig
 
 
 @pytest.fixture
