@@ -21,6 +21,8 @@ from .host_output import OutputRing, lend
 from .policy import BadRecordPolicy
 from .readahead import read_ahead
 from .ring import StagingRing
+from .target_batches import target_spec
+from .targets_buffers import TargetedRing
 
 
 class ThreadBatches:
@@ -43,6 +45,10 @@ class ThreadBatches:
         else:
             self.ring = OutputRing(slots, n, size, config.output, pin=config.pin_memory)
             self.finisher = None
+        spec = target_spec(store, config)   # targets beyond the label live in the slots too
+        if spec is not None:
+            on_cuda = config.output.on_cuda
+            self.ring = TargetedRing(self.ring, spec, pin=on_cuda or config.pin_memory, check_held=not on_cuda)
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         c, store = self.config, self.store
