@@ -156,3 +156,31 @@ def test_cuda_engines_deliver_the_cpu_targets(packed, engine):
         for (_, a), (_, b) in zip(cpu, gpu, strict=True):
             assert a.keys() == b.keys()
             assert all(b[k].is_cuda and torch.equal(a[k], b[k].cpu()) for k in a)
+
+
+def test_the_readme_targets_block_runs_as_written(packed, tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+    import shutil
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    [code] = re.findall(r"<!-- readme-test: run where scene.lmdb exists \(every field\) -->\n```python\n(.*?)```",
+                        readme, re.S)
+    shutil.copy(packed["lmdb"], tmp_path / "scene.lmdb")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["targets"]["boxes"].shape[1:] == (4, 4) and namespace["loss"].requires_grad
+
+
+def test_the_epoch_bench_runs_and_reports_the_ratio(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    out = tmp_path / "targets.json"
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "bench" / "targets.py"),
+                           "--quick", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())["results"]
+    assert [r["targets"] for r in rows] == ["label", "label + labels + boxes"]
+    assert rows[0]["vs label"] == 1.0 and all(r["epoch s"] > 0 for r in rows)
