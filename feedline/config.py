@@ -114,7 +114,8 @@ class LoaderConfig:
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
         check_position(self.rank, self.world_size)
-        if isinstance(self.min_box_visibility, bool) or not 0 <= self.min_box_visibility <= 1:
+        v = self.min_box_visibility
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
             raise ValueError(f"min_box_visibility must be a number in [0, 1] (the share of a box's area that "
                              f"must stay inside the crop), got {self.min_box_visibility!r}")
 

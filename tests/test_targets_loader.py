@@ -184,3 +184,9 @@ def test_the_epoch_bench_runs_and_reports_the_ratio(tmp_path):
     rows = json.loads(out.read_text())["results"]
     assert [r["targets"] for r in rows] == ["label", "label + labels + boxes"]
     assert rows[0]["vs label"] == 1.0 and all(r["epoch s"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, "half", True])
+def test_min_box_visibility_outside_0_to_1_is_refused(packed, bad):
+    with pytest.raises(ValueError, match=r"min_box_visibility must be a number in \[0, 1\]"):
+        FeedLoader(packed["lmdb"], min_box_visibility=bad, **KW)
