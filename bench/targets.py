@@ -2,7 +2,7 @@
 label alone and with label + labels + boxes (COCO-like: 0-20 boxes, 7 on average, 1-3 of 80
 classes), epochs interleaved in one run, and the ratio of the two epoch times.
 
-    python bench/targets.py [--images 512] [--batch 64] [--size 224] [--threads T] [--repeats 3]
+    python bench/targets.py [--images 512] [--batch 64] [--size 224] [--threads T] [--repeats 9]
                             [--quick] [--out PATH] [--save]
 
 The issue's bound: an epoch with labels + boxes takes at most 1.05x the time of labels alone.
@@ -39,7 +39,7 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--threads", type=int, default=None, help="decode threads (default: usable cores)")
-    p.add_argument("--repeats", type=int, default=3, help="timed epochs of each, interleaved")
+    p.add_argument("--repeats", type=int, default=9, help="timed epochs of each, interleaved")
     p.add_argument("--quick", action="store_true", help="a tiny run that finishes in seconds (for tests)")
     output_arguments(p, "targets")
     args = p.parse_args(argv)

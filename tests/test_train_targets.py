@@ -17,7 +17,8 @@ from feedline.train.evaluate_targets import BINS, average_precision
 
 @pytest.fixture(autouse=True)
 def _restore_torch_globals():
-    det, bench, rng = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark, torch.get_rng_state()
+    det, bench = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
+    rng = torch.get_rng_state()
     yield
     torch.use_deterministic_algorithms(det)
     torch.backends.cudnn.benchmark = bench

@@ -144,7 +144,8 @@ class DecodeQueue:
             t1 = time.perf_counter()
             self._decoder.decode_into(data, Box(*plan.boxes[j]), bool(plan.flips[j]), out)
         except Exception as exc:
-            target.labels[j] = self._policy.replace(plan, j, exc, functools.partial(self._decode_other, out, target, j))
+            substitute = functools.partial(self._decode_other, out, target, j)
+            target.labels[j] = self._policy.replace(plan, j, exc, substitute)
             t1 = t0
         t2 = time.perf_counter()
         target.write(j, out)
