@@ -47,6 +47,7 @@ class TargetSpec:
         hw = np.asarray(sizes)[idx].reshape(-1, 2)
         crops, flips = plan_augment(epoch.spec, epoch.seed, epoch.epoch, idx, hw[:, 0], hw[:, 1])
         tensors = self.allocate(pin=False)
+        self.size = tuple(epoch.spec.size)   # boxes in this epoch's output pixels
         self.fill(idx, {name: t.numpy() for name, t in tensors.items()}, crops, flips)
         return {name: t[:len(idx)] for name, t in tensors.items()}
 
