@@ -9,10 +9,13 @@ import os
 import numpy as np
 import pytest
 import torch
-from test_train_helpers import FAST, events, one_line_error, run, two_class_folder
+from test_train_helpers import FAST, REPO, events, one_line_error, run, subprocess_env, summary, torchrun, two_class_folder
 
 from converters import pack
+from feedline import FeedLoader
+from feedline.train import checkpoint
 from feedline.train.evaluate_targets import BINS, average_precision
+from feedline.train.models import build_model
 
 
 @pytest.fixture(autouse=True)
@@ -25,9 +28,12 @@ def _restore_torch_globals():
     torch.set_rng_state(rng)
 
 
-def labelled_pack(root, name: str, per_class: int, seed: int, row, ext: str) -> str:
-    """The grass/rocket photos with a labels file of ``row(class_name) -> dict``, packed."""
+def labelled_pack(root, name: str, per_class: int, seed: int, row, ext: str, drop: str | None = None) -> str:
+    """The grass/rocket photos with a labels file of ``row(class_name) -> dict``, packed
+    (without the photo ``drop``, a path under the folder, when given)."""
     src = two_class_folder(root / f"{name}_src", per_class, seed=seed)
+    if drop is not None:
+        os.remove(src / drop)
     lines = [json.dumps({"path": f"{c}/{f}", **row(c)}) for c in ("grass", "rocket")
              for f in sorted(os.listdir(src / c))]
     labels = root / f"{name}.jsonl"
@@ -101,3 +107,34 @@ def test_average_precision_from_histograms_equals_the_exact_one():
     want = [exact_average_precision(scores[:, c], positive[:, c]) for c in range(k)]
     np.testing.assert_allclose(got, want, rtol=1e-12)
     assert np.isnan(average_precision(np.zeros((1, BINS)), np.ones((1, BINS))))[0]
+
+
+@pytest.mark.slow
+def test_two_ranks_report_the_map_of_a_one_process_evaluation(tmp_path):
+    """31 validation images over two ranks: each counted once, and loss and mAP equal an
+    evaluation of the saved weights in this process, AP written out by hand (exact scores)."""
+    import subprocess
+    train = labelled_pack(tmp_path, "train", 48, 1, multi_hot, "lmdb")
+    val = labelled_pack(tmp_path, "val", 16, 2, multi_hot, "h5", drop="rocket/015.jpg")
+    out = tmp_path / "run"
+    cmd = torchrun(train, "--val", val, *FAST, "--batch-size", "8", "--epochs", "1", "--lr", "0.1",
+                   "--synthetic-steps", "0", "--out", out)
+    done = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    final = summary(out)["final"]
+    assert final["val_images"] == 31
+    model = build_model("tiny", num_classes=4)
+    model.load_state_dict(checkpoint.load(os.path.join(out, "checkpoint.pt"))["model"])
+    model.eval()
+    scores, truth, loss = [], [], 0.0
+    with FeedLoader(val, batch_size=5, train=False, size=32, num_threads=1, device="cpu") as loader, \
+            torch.no_grad():
+        for images, hot in loader:
+            logits = model(images)
+            loss += torch.nn.functional.binary_cross_entropy_with_logits(logits, hot, reduction="sum").item()
+            scores.append(torch.sigmoid(logits).numpy())
+            truth.append(hot.numpy() > 0.5)
+    scores, truth = np.concatenate(scores), np.concatenate(truth)
+    assert final["val_loss"] == pytest.approx(loss / truth.size, rel=1e-4)
+    want = np.mean([exact_average_precision(scores[:, c], truth[:, c]) for c in range(4) if truth[:, c].any()])
+    assert final["mAP"] == pytest.approx(want, abs=0.01)
