@@ -9,7 +9,8 @@ import os
 import numpy as np
 import pytest
 import torch
-from test_train_helpers import FAST, REPO, events, one_line_error, run, subprocess_env, summary, torchrun, two_class_folder
+from test_train_helpers import (FAST, REPO, events, one_line_error, run, subprocess_env, summary, torchrun,
+                                two_class_folder)
 
 from converters import pack
 from feedline import FeedLoader
