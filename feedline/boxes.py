@@ -30,9 +30,10 @@ def to_output(boxes, crops, flips, size) -> tuple[np.ndarray, np.ndarray]:
     inside = np.maximum(x1 - x0, 0) * np.maximum(y1 - y0, 0)
     visible = np.divide(inside, area, out=np.zeros_like(area), where=area > 0)
     out_h, out_w = size
-    sx, sy = out_w / cw, out_h / ch
-    ox0, ox1 = (x0 - left) * sx, (x1 - left) * sx
-    oy0, oy1 = (y0 - top) * sy, (y1 - top) * sy
+    with np.errstate(divide="ignore", invalid="ignore"):   # a crop of no area (a record that failed to
+        sx, sy = out_w / cw, out_h / ch                     # read): nothing visible, its boxes dropped
+        ox0, ox1 = (x0 - left) * sx, (x1 - left) * sx
+        oy0, oy1 = (y0 - top) * sy, (y1 - top) * sy
     ox0, ox1 = np.where(flip, out_w - ox1, ox0), np.where(flip, out_w - ox0, ox1)
     return np.stack([ox0, oy0, ox1, oy1], axis=1).astype(np.float32), visible
 

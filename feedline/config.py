@@ -88,6 +88,7 @@ class LoaderConfig:
     even_shards: bool = True    # pad by wrapping so every rank gets as many samples (training)
     quasi_random: tuple[int, int] = (16, 256)  # order='quasi-random': records per block, blocks per window
     pin_memory: bool = False    # page-locked batch buffers (always on a CUDA device)
+    min_box_visibility: float = 0.25   # targets: boxes with less of their area in the crop are dropped
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the fields once, here
@@ -113,6 +114,10 @@ class LoaderConfig:
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
         check_position(self.rank, self.world_size)
+        v = self.min_box_visibility
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+            raise ValueError(f"min_box_visibility must be a number in [0, 1] (the share of a box's area that "
+                             f"must stay inside the crop), got {self.min_box_visibility!r}")
 
 
 def usable_cores() -> int:

@@ -45,7 +45,8 @@ class Position:
 class FeedLoader:
     """Yields ``(images, labels)``: images N x 3 x H x W, normalized with ``mean``/``std``
     (uint8 when ``mean=None``), in ``dtype`` and channels_last memory, on ``device``;
-    labels int64 on ``device``.
+    labels int64 on ``device``. A store with other fields yields the one field's tensor or a
+    dict of them (boxes follow crop and flip, kept above ``min_box_visibility``; README "Targets").
 
     ``source``: a packed .lmdb/.h5 file, shards, an image folder, or an open Store.
     ``engine``: "threads" (per-image decoders on CPU threads), "dali", "gpu" (nvImageCodec
@@ -72,7 +73,7 @@ class FeedLoader:
                  quasi_random: tuple[int, int] = (16, 256), even_shards: bool = True,
                  rank: int | None = None, world_size: int | None = None,
                  num_workers: int | None = None, pin_memory: bool | None = None,
-                 persistent_workers: bool | None = None):
+                 persistent_workers: bool | None = None, min_box_visibility: float = 0.25):
         del persistent_workers  # DataLoader's: needs nothing here, the buffers persist anyway
         self.store = open_source(source)
         if len(self.store) == 0:
@@ -87,7 +88,7 @@ class FeedLoader:
             num_threads=choose_threads(num_threads, num_workers), prefetch=prefetch, engine=chosen.engine,
             decoder=chosen.decoder_name, on_error=on_error, output=output, rank=rank, world_size=world_size,
             even_shards=even_shards, quasi_random=tuple(quasi_random), pin_memory=choose_pinning(pin_memory),
-            augment=augment)
+            augment=augment, min_box_visibility=min_box_visibility)
         if self.config.order is Order.QUASI_RANDOM:
             warn_if_class_sorted(self.store, self.config.quasi_random)
         check_buffers_fit(self.config)
@@ -147,7 +148,7 @@ class FeedLoader:
                     images, labels = next(batches)
                 except StopIteration:
                     break
-                stats.add(wait_s=time.perf_counter() - t0, images=len(labels), batches=1)
+                stats.add(wait_s=time.perf_counter() - t0, images=len(images), batches=1)
                 self._position = replace(self._position, batch=self._position.batch + 1)
                 yield images, labels
             self._position, self._started = Position(epoch.epoch + 1, 0), False

@@ -18,6 +18,7 @@ from ..stats import LoaderStats
 from .dali_graph import build_pipeline, dali_reason, import_dali, to_torch
 from .known_bad import KnownBad
 from .policy import BadRecordPolicy
+from .target_batches import target_spec, to_device
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class DaliBatches:
         self._refeed: deque[BatchPlan] = deque()  # plans to feed again after a pipeline rebuild
         self._inflight: deque[_Fed] = deque()     # fed to DALI, outputs not yet taken; oldest first
         self._stopping = False
+        self._targets = target_spec(store, config)   # None: the label alone, as always
 
     # -- feeding -------------------------------------------------------------------------
 
@@ -123,8 +125,11 @@ class DaliBatches:
                 fed = self._inflight.popleft()
                 images = to_torch(self._dali, outputs[0], self.config, self._stream())
                 pipe.release_outputs()
-                labels = torch.from_numpy(fed.labels.astype(np.int64)).to(self.config.output.device,
-                                                                          non_blocking=True)
+                labels = torch.from_numpy(fed.labels.astype(np.int64))
+                if self._targets is not None:   # of the records decoded: a substitute brings its own
+                    made = self._targets.batch(fed.indices, epoch, self.store.sizes)
+                    labels = self._targets.deliver(made, len(fed.indices))
+                labels = to_device(labels, torch.device(self.config.output.device))
                 pipe.schedule_run()  # DALI works on the next batch while the consumer trains
                 yield images, labels
             pipe.reset()

@@ -27,6 +27,7 @@ from ..plan import BatchPlan
 from ..stats import LoaderStats
 from .policy import BadRecordPolicy
 from .shutdown import close_at_exit
+from .target_batches import substitute_targets
 
 CLAIM = 2          # samples a worker takes at once: fewer lock round trips, still balanced
 
@@ -143,13 +144,16 @@ class DecodeQueue:
             t1 = time.perf_counter()
             self._decoder.decode_into(data, Box(*plan.boxes[j]), bool(plan.flips[j]), out)
         except Exception as exc:
-            target.labels[j] = self._policy.replace(plan, j, exc, functools.partial(self._decode_other, out))
+            substitute = functools.partial(self._decode_other, out, target, j)
+            target.labels[j] = self._policy.replace(plan, j, exc, substitute)
             t1 = t0
         t2 = time.perf_counter()
         target.write(j, out)
         return t1 - t0, t2 - t1, time.perf_counter() - t2
 
-    def _decode_other(self, out: np.ndarray, index: int, box: np.ndarray, flip: bool) -> int:
-        """Decode record ``index`` with its own crop and flip into ``out`` (a substitute); its label."""
+    def _decode_other(self, out: np.ndarray, target, j: int, index: int, box: np.ndarray, flip: bool) -> int:
+        """Decode record ``index`` with its own crop and flip into ``out`` (a substitute for row
+        ``j`` of ``target``, which gets its targets); its label."""
         self._decoder.decode_into(self._store.read_checked(index), Box(*box), flip, out)
+        substitute_targets(target, j, index, box, flip)
         return self._store.label(index)

@@ -13,6 +13,7 @@ from typing import Iterator
 
 from ..plan import BatchPlan
 from .decode_queue import DecodeQueue, Job
+from .target_batches import plan_targets
 
 
 class Feed:
@@ -37,6 +38,7 @@ class Feed:
                 self._queue.fail(exc)
                 return
             target.labels[:len(plan)] = plan.labels
+            plan_targets(target, plan)   # targets beyond the label: none for a label-only store
             self._queue.submit(plan, target, self._free.popleft())
 
     def next_filled(self, block: bool = True) -> Job | None:

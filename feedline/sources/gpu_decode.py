@@ -27,6 +27,7 @@ from ..stats import LoaderStats
 from .background import ahead
 from .normalization import layout_of, normalize_batch
 from .policy import BadRecordPolicy
+from .target_batches import each_tensor, target_spec, to_device
 
 
 class GpuDecodeBatches:
@@ -52,6 +53,7 @@ class GpuDecodeBatches:
         self._nv = nv
         self._cpu = get_decoder("auto")
         self._stream = torch.cuda.Stream(device=self.device)
+        self._targets = target_spec(store, config)   # None: the label alone, as always
 
     # -- one batch, on the producer thread --------------------------------------------
 
@@ -99,7 +101,7 @@ class GpuDecodeBatches:
             images[k] = image
         return images
 
-    def _finish(self, plan: BatchPlan, policy: BadRecordPolicy, stats: LoaderStats):
+    def _finish(self, plan: BatchPlan, policy: BadRecordPolicy, stats: LoaderStats, epoch: EpochPlan):
         t0 = time.perf_counter()
         samples = self._read(plan, policy)
         t1 = time.perf_counter()
@@ -111,6 +113,7 @@ class GpuDecodeBatches:
             batch = torch.empty((len(samples), 3, h, w), dtype=torch.float32, device=self.device,
                                 memory_format=layout_of(c.output))
             labels = torch.empty(len(samples), dtype=torch.int64)
+            decoded = np.empty(len(samples), dtype=np.int64)   # the records delivered, substitutes included
             for k, (index, data, box, flip, label) in enumerate(samples):
                 image = images[k]
                 if image is None:  # nvJPEG could not: decode this record on the CPU
@@ -118,12 +121,15 @@ class GpuDecodeBatches:
                         image = self._cpu_crop(data, box)
                     except Exception as exc:
                         index, image, _, flip, label = policy.replace(plan, k, exc, self._cpu_sample)
+                decoded[k] = index
                 crop = torch.as_tensor(image, device=self.device).permute(2, 0, 1).unsqueeze(0).float()
                 resized = F.interpolate(crop, size=(h, w), mode="bilinear", antialias=True, align_corners=False)
                 batch[k] = resized[0].flip(-1) if flip else resized[0]
                 labels[k] = label
             batch = normalize_batch(batch.clamp_(0, 255), c.output)
-            labels = labels.to(self.device, non_blocking=True)
+            if self._targets is not None:   # each record's own targets, through its own crop and flip
+                labels = self._targets.deliver(self._targets.batch(decoded, epoch, self.store.sizes), len(decoded))
+            labels = to_device(labels, self.device)
             ready = torch.cuda.Event()
             ready.record(self._stream)
         return batch, labels, ready, images  # images: kept alive until the next decode call
@@ -132,13 +138,14 @@ class GpuDecodeBatches:
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         policy = BadRecordPolicy(self.store, self.config.on_error, epoch, stats.ledger)
-        finished = (self._finish(plan, policy, stats)
+        finished = (self._finish(plan, policy, stats, epoch)
                     for plan in epoch.batches(self.store.labels, self.store.sizes, start))
         for images, labels, event, _ in ahead(finished, self.config.prefetch, "feedline-gpu-decode"):
             current = torch.cuda.current_stream(self.device)
             current.wait_event(event)
             images.record_stream(current)
-            labels.record_stream(current)
+            for t in each_tensor(labels):
+                t.record_stream(current)
             yield images, labels
 
     def close(self) -> None:

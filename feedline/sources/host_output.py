@@ -25,6 +25,7 @@ import torch
 
 from ..config import OutputSpec
 from .normalization import HostNormalizer, layout_of
+from .target_batches import batch_targets
 
 _MADV_HUGEPAGE = 14
 _HUGE_PAGE = 2 << 20
@@ -148,4 +149,4 @@ def lend(feed) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             return
         lent.append(job.slot)
         n = len(job.plan)
-        yield job.target.images[:n], job.target.labels_tensor[:n]
+        yield job.target.images[:n], batch_targets(job.target, job.target.labels_tensor[:n], n)

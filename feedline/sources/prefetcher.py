@@ -28,12 +28,13 @@ from ..stats import LoaderStats
 from .feed import Feed
 from .normalization import normalize_batch
 from .ring import StagingRing
+from .target_batches import batch_targets, each_tensor, to_device
 
 
 @dataclass
 class Pending:
     images: torch.Tensor
-    labels: torch.Tensor
+    labels: torch.Tensor | dict   # or the targets (targets_buffers.py)
     slot: int
     copied: torch.cuda.Event   # the pinned slot may be refilled after it
     ready: torch.cuda.Event    # the batch is complete on the side stream
@@ -53,7 +54,7 @@ class CudaPrefetcher:
         # record_stream in finish(), the pinned slot by the `copied` event.
         with torch.cuda.stream(self.stream):
             images_gpu = images.to(self.device, non_blocking=True)
-            labels_gpu = labels.to(self.device, non_blocking=True)
+            labels_gpu = to_device(labels, self.device)   # the int64 labels, or the targets' tensors
             copied = torch.cuda.Event()
             copied.record(self.stream)
             out = normalize_batch(images_gpu.permute(0, 3, 1, 2), self.output)  # NHWC memory seen as NCHW
@@ -65,7 +66,8 @@ class CudaPrefetcher:
         current = torch.cuda.current_stream(self.device)
         current.wait_event(pending.ready)
         pending.images.record_stream(current)
-        pending.labels.record_stream(current)
+        for t in each_tensor(pending.labels):
+            t.record_stream(current)
         return pending.images, pending.labels
 
     def deliver(self, queue: Feed, ring: StagingRing, stats: LoaderStats) -> Iterator:
@@ -76,7 +78,8 @@ class CudaPrefetcher:
         def submit(batch) -> None:
             n = len(batch.plan)
             t0 = time.perf_counter()
-            pending = self.submit(ring.images[batch.slot, :n], ring.labels[batch.slot, :n], batch.slot)
+            targets = batch_targets(batch.target, ring.labels[batch.slot, :n], n)
+            pending = self.submit(ring.images[batch.slot, :n], targets, batch.slot)
             stats.add(copy_s=time.perf_counter() - t0)  # enqueue time: the copy itself is asynchronous
             copying.append(pending)
             inflight.append(pending)

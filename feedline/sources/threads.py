@@ -21,6 +21,8 @@ from .host_output import OutputRing, lend
 from .policy import BadRecordPolicy
 from .readahead import read_ahead
 from .ring import StagingRing
+from .target_batches import target_spec
+from .targets_buffers import TargetedRing
 
 
 class ThreadBatches:
@@ -43,12 +45,19 @@ class ThreadBatches:
         else:
             self.ring = OutputRing(slots, n, size, config.output, pin=config.pin_memory)
             self.finisher = None
+        self.targets = target_spec(store, config)   # targets beyond the label live in the slots too
+        if self.targets is not None:
+            on_cuda = config.output.on_cuda
+            self.ring = TargetedRing(self.ring, self.targets, pin=on_cuda or config.pin_memory,
+                                     check_held=not on_cuda)
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         c, store = self.config, self.store
         samples = epoch.samples(len(store))   # the epoch's order, computed once: for the plans and the read-ahead
         plans = epoch.batches(store.labels, store.sizes, start, samples=samples)
         policy = BadRecordPolicy(store, c.on_error, epoch, stats.ledger)
+        if self.targets is not None:
+            self.targets.size = tuple(epoch.spec.size)   # boxes in this epoch's output pixels
         # The read-ahead hints the store about the runs read next: speed, never data.
         with read_ahead(store, epoch, start, samples) as ahead, \
                 DecodeQueue(store, self.decoder, policy, c.num_threads, stats) as queue:  # joined on break or error

@@ -25,6 +25,13 @@ class Amp(Choice):
     OFF = "off"                # full float32
 
 
+class RegressionLoss(Choice):
+    """The loss of a run that learns a store's ``target`` numbers."""
+
+    MSE = "mse"                # mean squared error
+    SMOOTH_L1 = "smooth-l1"    # Huber with beta 1: less pulled by outliers
+
+
 class Device(Choice):
     """Where the model runs; ``cuda:N`` names one GPU (see ``parse_device``)."""
 

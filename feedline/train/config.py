@@ -14,7 +14,7 @@ from enum import Enum
 
 from ..choices import Choice, Engine, OnError, Order
 from ..errors import FeedlineError
-from .choices import Amp, Arch, parse_device
+from .choices import Amp, Arch, RegressionLoss, parse_device
 
 
 class TrainError(FeedlineError):
@@ -58,6 +58,7 @@ class TrainConfig:
                                   "without warmup; capped at a fifth of the run", MODEL)
     label_smoothing: float = option(0.1, "regularizes over-confident logits (Szegedy et al., Inception v3)",
                                     MODEL)
+    regression_loss: RegressionLoss = option(RegressionLoss.MSE, "loss of a `target` field: mse or smooth-l1", MODEL)
     zero_init_residual: bool = option(True, "start each residual block's last BatchNorm at gamma 0, so "
                                       "blocks start as identity", MODEL)
     size: int = option(224, "training crop and validation size", MODEL)
@@ -118,7 +119,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         self._parse_choices()
         self._check_numbers()
-        self._check_paths()
+        check_paths(self)
 
     def _parse_choices(self) -> None:
         for name, kind in choice_fields().items():
@@ -160,15 +161,6 @@ class TrainConfig:
         if self.synthetic and self.synthetic_steps < 1:
             raise TrainError("--synthetic needs --synthetic-steps of at least 1")
 
-    def _check_paths(self) -> None:
-        if self.train is None and not self.synthetic:
-            raise TrainError("no training data: pass TRAIN (a packed .lmdb/.h5 file or an image "
-                             "folder), or --synthetic to measure the model on random tensors")
-        for name, path in (("TRAIN", self.train), ("--val", self.val)):
-            if path is not None and not os.path.exists(path):
-                raise TrainError(f"{name} {path}: no such file or folder; pass a packed data set "
-                                 "(`feedline pack SRC OUT.lmdb`) or an image folder")
-
     @property
     def checkpoint_path(self) -> str:
         return os.path.join(self.out, "checkpoint.pt")
@@ -183,6 +175,17 @@ class TrainConfig:
         """Plain values (Enums as their strings): for JSON and for checkpoints that load
         with ``weights_only=True``."""
         return {k: v.value if isinstance(v, Enum) else v for k, v in dataclasses.asdict(self).items()}
+
+
+def check_paths(cfg: TrainConfig) -> None:
+    """TRAIN given (or --synthetic), and each path given exists."""
+    if cfg.train is None and not cfg.synthetic:
+        raise TrainError("no training data: pass TRAIN (a packed .lmdb/.h5 file or an image "
+                         "folder), or --synthetic to measure the model on random tensors")
+    for name, path in (("TRAIN", cfg.train), ("--val", cfg.val)):
+        if path is not None and not os.path.exists(path):
+            raise TrainError(f"{name} {path}: no such file or folder; pass a packed data set "
+                             "(`feedline pack SRC OUT.lmdb`) or an image folder")
 
 
 def check_engine_and_decoder(cfg: TrainConfig) -> None:

@@ -124,14 +124,14 @@ def train_epoch(runner: StepRunner, loader, progress: Progress, *, accum_steps: 
             group_start = micro - micro % accum_steps
             group_size = min(accum_steps, n - group_start)
             step_now = micro == group_start + group_size - 1
-            weighted = runner.micro_step(images, labels, group_size, step_now).double() * labels.shape[0]
+            weighted = runner.micro_step(images, labels, group_size, step_now).double() * images.shape[0]
             loss_sum += weighted
             window.loss += weighted
-            window.samples += labels.shape[0]
-            progress.samples += labels.shape[0]
+            window.samples += images.shape[0]
+            progress.samples += images.shape[0]
             micro += 1
             if timed_t0 is not None:
-                timed_images += labels.shape[0]
+                timed_images += images.shape[0]
             elif micro - start >= warmup_micro:
                 _sync(device)  # once per run: start the throughput clock on an idle device
                 timed_t0 = time.perf_counter()

@@ -86,6 +86,9 @@ class Reporter:
         """The end-of-epoch line and event; ``bad_records`` (this rank's) as their own event."""
         val = (f" | val loss {record['val_loss']:.4f}, top-1 {record['top1']:.1%}, top-5 {record['top5']:.1%}"
                if "top1" in record else "")
+        if "mAP" in record or "mae" in record:   # multi-label or regression (task.py)
+            val = f" | val loss {record['val_loss']:.4f}, " + (f"mAP {record['mAP']:.1%}" if "mAP" in record
+                                                                else f"MAE {record['mae']:.4g}")
         bad = f", {record['bad_records']} bad record(s) substituted" if record.get("bad_records") else ""
         self.info("epoch %d/%d: train loss %.4f%s | %s img/s, data wait %.0f%%, %.1f s%s", record["epoch"] + 1,
                   epochs, record["train_loss"], val, f"{record['images_per_s']:,.0f}",

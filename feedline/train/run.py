@@ -17,7 +17,7 @@ from . import checkpoint, distributed, failures
 from .config import TrainConfig, TrainError
 from .data import Data, make_loader, open_data
 from .distributed import DistInfo
-from .evaluate import evaluate
+from .evaluate_targets import validate
 from .loop import EpochResult, Progress, train_epoch
 from .report import Reporter
 from .result import TrainResult, finish
@@ -26,6 +26,7 @@ from .schedule import warmup_steps_for
 from .setup import WARMUP_MICRO, build_runner, configure_torch, peak_lr, place_model, resolve_amp
 from .step import StepRunner
 from .synthetic import measure_synthetic, run_synthetic_only
+from .task import task_of
 
 
 class Trainer:
@@ -38,6 +39,7 @@ class Trainer:
         self.input_dtype = self.amp.dtype or torch.float32
         self.lr = peak_lr(cfg, info.world_size)
         self.data: Data = open_data(cfg, info)
+        self.task = task_of(self.data)   # what it learns, from the store's fields
         self.resume_state = checkpoint.load(cfg.resume_path) if cfg.resume_path else None
         self.reporter = Reporter(cfg.out, info.is_main, info.world_size, cfg.progress,
                                  append=self.resume_state is not None)
@@ -95,7 +97,7 @@ class Trainer:
         state, self.resume_state = self.resume_state, None  # the host copy of the weights goes after this
         if state is not None:
             self.checkpoints.restore_model(state, raw)
-        runner = build_runner(raw, cfg, info, self.amp, self.lr, warmup, total_steps)
+        runner = build_runner(raw, cfg, info, self.amp, self.lr, warmup, total_steps, self.task.criterion(cfg))
         loader_state = None
         if state is not None:
             self.progress, loader_state = self.checkpoints.restore_training(state, runner)
@@ -164,7 +166,7 @@ class Trainer:
         self.result.bad_records += int(bad_total)
         if self.val_loader is not None:
             self.val_loader.set_epoch(progress.epoch)
-            record.update(evaluate(raw, self.val_loader, self.amp, info.device, info, self.data.num_classes))
+            record.update(validate(raw, self.val_loader, self.amp, info, self.task, self.cfg))
         self.result.history.append(record)
         self.reporter.epoch(record, self.cfg.epochs, bad)
         progress.epoch += 1

@@ -69,7 +69,7 @@ def peak_lr(cfg: TrainConfig, world_size: int) -> float:
 
 
 def build_runner(raw: nn.Module, cfg: TrainConfig, info: DistInfo, amp: Amp, lr: float,
-                 warmup_steps: int, total_steps: int) -> StepRunner:
+                 warmup_steps: int, total_steps: int, criterion: nn.Module | None = None) -> StepRunner:
     """Wrap ``raw`` for this run: DDP across ranks, torch.compile when asked; add the optimizer,
     the lr schedule and, with fp16, the gradient scaler (bf16 has fp32's range: no scaler)."""
     ddp = None
@@ -83,5 +83,6 @@ def build_runner(raw: nn.Module, cfg: TrainConfig, info: DistInfo, amp: Amp, lr:
     optimizer = make_optimizer(raw, lr, cfg.momentum, cfg.weight_decay)
     scheduler = WarmupCosine(optimizer, lr, warmup_steps, total_steps)
     scaler = torch.amp.GradScaler(info.device.type) if amp.dtype == torch.float16 else None
-    criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    if criterion is None:   # the run's task says otherwise (task.py); synthetic steps classify
+        criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     return StepRunner(net, ddp, optimizer, scheduler, scaler, criterion, amp)

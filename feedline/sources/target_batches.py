@@ -1,0 +1,93 @@
+"""How a batch's targets beyond one label are made and handed over (the layout of
+`TargetColumns.batch_layout`); where they live between the two is targets_buffers.py.
+
+A store whose only field is ``label`` gets none of this: its batches are (images, int64
+labels) exactly as before. Otherwise the consumer receives, beside the images, the one
+field's tensor (``labels`` multi-hot float32, ``target`` float32) or, with several fields or
+boxes, a dict {name: tensor} with the layout of ``batch_layout`` (README: "Targets").
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..augment import plan as plan_augment
+
+
+class TargetSpec:
+    """What an engine needs to make a batch's targets: the store's columns, the layout of a
+    batch, the output size (boxes come out in output pixels) and ``min_box_visibility``."""
+
+    def __init__(self, store, batch_size: int, size, min_visibility: float):
+        self.columns = store.target_columns
+        self.layout = self.columns.batch_layout(batch_size, len(store.classes))
+        self.size, self.min_visibility = tuple(size), float(min_visibility)
+        # one field, and not boxes (which come as three arrays): a bare tensor, as the label is
+        self.single = next(iter(self.layout)) if len(self.layout) == 1 else None
+
+    def allocate(self, pin: bool) -> dict[str, torch.Tensor]:
+        return {name: torch.empty(shape, dtype=getattr(torch, dtype), pin_memory=pin)
+                for name, (shape, dtype) in self.layout.items()}
+
+    def fill(self, indices, out: dict[str, np.ndarray], crops, flips) -> None:
+        self.columns.fill(indices, out, crops=crops, flips=flips, size=self.size,
+                          min_visibility=self.min_visibility)
+
+    def deliver(self, tensors: dict[str, torch.Tensor], n: int):
+        """The first ``n`` rows as the consumer receives them: one tensor, or the dict."""
+        if self.single is not None:
+            return tensors[self.single][:n]
+        return {name: t[:n] for name, t in tensors.items()}
+
+    def batch(self, indices, epoch, sizes) -> dict[str, torch.Tensor]:
+        """Fresh tensors of the records ``indices`` actually decoded (substitutes included),
+        each with its own crop and flip of ``epoch`` (a pure function of seed, epoch and index:
+        the plan's own for the records planned): for the engines that do not decode into a ring."""
+        idx = np.asarray(indices, dtype=np.int64)
+        hw = np.asarray(sizes)[idx].reshape(-1, 2)
+        crops, flips = plan_augment(epoch.spec, epoch.seed, epoch.epoch, idx, hw[:, 0], hw[:, 1])
+        tensors = self.allocate(pin=False)
+        self.size = tuple(epoch.spec.size)   # boxes in this epoch's output pixels
+        self.fill(idx, {name: t.numpy() for name, t in tensors.items()}, crops, flips)
+        return {name: t[:len(idx)] for name, t in tensors.items()}
+
+
+def target_spec(store, config) -> TargetSpec | None:
+    """The targets a loader of ``config`` delivers from ``store``; None when the store has only
+    ``label`` (the classic int64 labels, delivered as they always were)."""
+    if set(store.fields) == {"label"}:
+        return None
+    return TargetSpec(store, config.batch_size, config.augment.size, config.min_box_visibility)
+
+
+def plan_targets(target, plan) -> None:
+    """The planner's part: every row of ``plan`` from its records, crops and flips."""
+    buffers = getattr(target, "targets", None)
+    if buffers is not None:
+        target.target_spec.fill(plan.indices, buffers.arrays, plan.boxes, plan.flips)
+
+
+def substitute_targets(target, j: int, index: int, crop, flip: bool) -> None:
+    """A decode thread's part: row ``j`` now holds record ``index`` with its own crop and flip."""
+    buffers = getattr(target, "targets", None)
+    if buffers is not None:
+        rows = {name: a[j:j + 1] for name, a in buffers.arrays.items()}
+        target.target_spec.fill([index], rows, np.asarray(crop).reshape(1, 4), [bool(flip)])
+
+
+def batch_targets(target, labels: torch.Tensor, n: int):
+    """What the consumer receives beside the images of a filled slot: ``labels`` (the classic
+    int64 column) when the store has only ``label``, else the slot's targets."""
+    buffers = getattr(target, "targets", None)
+    return labels if buffers is None else target.target_spec.deliver(buffers.tensors, n)
+
+
+def to_device(targets, device: torch.device):
+    """A batch's targets (a tensor or a dict of them) copied to ``device`` without blocking."""
+    if isinstance(targets, dict):
+        return {name: t.to(device, non_blocking=True) for name, t in targets.items()}
+    return targets.to(device, non_blocking=True)
+
+
+def each_tensor(targets) -> list[torch.Tensor]:
+    return list(targets.values()) if isinstance(targets, dict) else [targets]
