@@ -52,6 +52,12 @@ class GpuDecodeBatches:
         self._nv = nv
         self._cpu = get_decoder("auto")
         self._stream = torch.cuda.Stream(device=self.device)
+        # -- grid splice (issue 24, gpu_splice): on a grid store, decode only each crop's MCUs
+        from ..decoders.jpeg_grid import is_grid_store
+        from .gpu_splice import GridSplice
+        self._grid = GridSplice(nv, self.device) if is_grid_store(store) else None
+        self._cpu = GridSplice.checked(self._cpu) if self._grid else self._cpu
+        # -- end grid splice
 
     # -- one batch, on the producer thread --------------------------------------------
 
@@ -85,8 +91,9 @@ class GpuDecodeBatches:
             if isinstance(data, np.ndarray):   # a substitute, already decoded on the CPU
                 continue
             try:
-                stream = nv.CodeStream(data).get_sub_code_stream(region=nv.Region(
-                    start=(box.top, box.left), end=(box.top + box.height, box.left + box.width)))
+                stream = self._grid.stream(k, data, box) if self._grid else (  # grid splice (issue 24)
+                    nv.CodeStream(data).get_sub_code_stream(region=nv.Region(
+                        start=(box.top, box.left), end=(box.top + box.height, box.left + box.width))))
             except Exception:  # not a format nvImageCodec parses: the CPU decoder will say
                 continue
             streams.append(stream)
@@ -97,7 +104,7 @@ class GpuDecodeBatches:
         images = [data if isinstance(data, np.ndarray) else None for _, data, _, _, _ in samples]
         for k, image in zip(where, decoded):
             images[k] = image
-        return images
+        return self._grid.crops(images) if self._grid else images   # grid splice (issue 24)
 
     def _finish(self, plan: BatchPlan, policy: BadRecordPolicy, stats: LoaderStats):
         t0 = time.perf_counter()
