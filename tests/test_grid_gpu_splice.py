@@ -174,3 +174,17 @@ def test_the_gpu_engine_on_a_grid_store_matches_the_cpu_threads(tmp_path):
         assert float(diff.max()) < 0.1, diff    # normalized units: resize filters differ a little
     gpu.close()
     cpu.close()
+
+
+def test_the_grid_splice_bench_runs_its_cpu_path(packed_lmdb, tmp_path):
+    """bench/gpu/grid_splice.py --cpu-smoke: both ways decode every box; the figures mean nothing here."""
+    import json
+
+    from bench.gpu import grid_splice
+    out = tmp_path / "grid_splice.json"
+    assert grid_splice.main(["--data", str(packed_lmdb), "--out", str(out), "--cpu-smoke"]) == 0
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["backend"] == "CPU_ONLY" and row["reason"] is None
+    assert row["decoded"] == {"region": 16, "splice": 16} and row["splice_img_s"] > 0
+    with pytest.raises(SystemExit):
+        grid_splice.main(["--data", str(packed_lmdb), "--out", str(out), "--images", "0"])
