@@ -141,8 +141,8 @@ def test_the_gpu_decodes_spliced_crops_like_the_cpu(grids, backend):
     stream = torch.cuda.Stream()
     splice = GridSplice(nv, "cuda")
     for _ in range(3):   # batch after batch, each decode after queued work on another stream
-        hold(40)
-        stream.synchronize()   # torchvision#9606: nothing queued on the decoder's stream
+        hold(40, stream)       # work queued on the decoder's stream ...
+        stream.synchronize()   # ... drained before decoding (torchvision#9606), as GpuDecodeBatches does
         streams = [splice.stream(k, d, b) for k, (d, b) in enumerate(batch)]
         images = list(decoder.decode(streams, params=PARAMS, cuda_stream=stream.cuda_stream))
         if backend == "HW_GPU_ONLY" and all(i is None for i in images):
@@ -170,8 +170,10 @@ def test_the_gpu_engine_on_a_grid_store_matches_the_cpu_threads(tmp_path):
     cpu = feedline.FeedLoader(out, engine="threads", device="cpu", **kwargs)
     for (a, la), (b, lb) in zip(gpu, cpu, strict=True):
         assert torch.equal(la.cpu(), lb)
-        diff = (a.cpu() - b).abs().mean(dim=(1, 2, 3))
-        assert float(diff.max()) < 0.1, diff    # normalized units: resize filters differ a little
+        # 4 x 4 block means, normalized units (as test_gpu_decode): the GPU's antialiased resize of
+        # the full-scale crop and the CPU's DCT-scaled one differ on sensor noise, a wrong crop by ~0.8
+        blocks = torch.nn.functional.avg_pool2d((a.cpu().float() - b.float()), 4).abs().mean(dim=(1, 2, 3))
+        assert float(blocks.max()) < 0.1, blocks
     gpu.close()
     cpu.close()
 
