@@ -190,3 +190,12 @@ def test_the_grid_splice_bench_runs_its_cpu_path(packed_lmdb, tmp_path):
     assert row["decoded"] == {"region": 16, "splice": 16} and row["splice_img_s"] > 0
     with pytest.raises(SystemExit):
         grid_splice.main(["--data", str(packed_lmdb), "--out", str(out), "--images", "0"])
+
+
+def test_a_new_batch_forgets_the_crops_of_one_that_failed(grids):
+    splice = GridSplice(nv)
+    splice.stream(0, grids[0], Box(0, 0, 40, 40))     # its decode failed: crops() never came
+    splice.begin()
+    image = cpu_decoder().decode([nv.CodeStream(grids[1])], params=PARAMS)[0]   # a whole image, not spliced
+    (kept,) = splice.crops([image])
+    assert kept is image

@@ -87,6 +87,8 @@ class GpuDecodeBatches:
         """Each sample's crop as a CUDA or host image; None where the GPU could not decode."""
         nv = self._nv
         streams, where = [], []
+        if self._grid:  # grid splice (issue 24): a new batch, nothing left from one that failed
+            self._grid.begin()
         for k, (_, data, box, _, _) in enumerate(samples):
             if isinstance(data, np.ndarray):   # a substitute, already decoded on the CPU
                 continue

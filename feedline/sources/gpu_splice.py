@@ -19,12 +19,16 @@ from ..decoders.jpeg_grid import mcu_span, parse_grid, splice
 class GridSplice:
     """Spliced code streams for one batch, then the decoded blocks cut to their crops.
 
-    Not thread-safe: one producer thread calls ``stream`` for a batch's samples, then
-    ``crops`` once with the decoded batch, which forgets that batch."""
+    Not thread-safe: one producer thread calls ``begin``, ``stream`` for a batch's samples,
+    then ``crops`` once with the decoded batch."""
 
     def __init__(self, nv, device: torch.device | str = "cpu"):
         self._nv, self._device = nv, torch.device(device)
         self._cuts: dict[int, tuple[Box, tuple[int, int]]] = {}   # sample -> (crop in its block, block size)
+
+    def begin(self) -> None:
+        """A new batch: forget the crops of one whose decode failed before ``crops``."""
+        self._cuts = {}
 
     def stream(self, k: int, data, box: Box):
         """The CodeStream of sample ``k``'s crop; DecodeError when ``data`` is not a grid."""
