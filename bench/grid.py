@@ -1,14 +1,15 @@
 """Grid store against original store: the same photos, the same loader settings, one run.
 
-    .venv/bin/python bench/grid.py [--n 600] [--rounds 3] [--batches 12] [--quick]
+    .venv/bin/python bench/grid.py [--n 600] [--rounds 3] [--batches 12] [--quick] [--save]
 
 Generates photo-like JPEGs (`feedline sample`'s photos) and packs them twice through the
 CLI, `--layout original` and `--layout grid`, alternating (pack time and size). Then,
 in interleaved rounds: FeedLoader on each store (RandomResizedCrop 224 + flip to
 float32, batch 64, all cores, decoder "auto"; the grid store through
 `grid_decoder_for`), and one thread's `decode_into` of the same RandomResizedCrop
-boxes (the decode alone, before any loader starts). Medians and their quotients are printed;
-JSON goes to bench/results/grid.json.
+boxes (the decode alone, before any loader starts). Each loader measurement first drains
+the batches that loader buffered while the other was timed. Medians and their quotients are printed;
+JSON goes to bench/results/grid.json with --save.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: the repository root first on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, Spread, format_table, ratio, say, write_results  # noqa: E402
+from bench.common import ROOT, Spread, format_table, ratio, say, target, targets_table, write_results  # noqa: E402
 
 LAYOUTS = ("original", "grid")
 
@@ -52,7 +53,12 @@ def endless(loader):
         yield from loader   # iterating again moves to the next epoch
 
 
+DRAIN = 6   # untimed batches first: what a loader decoded ahead while the other one was timed
+
+
 def loader_rate(batches, count: int) -> float:
+    for _ in range(DRAIN):
+        next(batches)
     t0, images = time.perf_counter(), 0
     for _ in range(count):
         images += len(next(batches)[1])
@@ -91,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--batches", type=int, default=12, help="timed batches of 64 per loader and round")
     p.add_argument("--quick", action="store_true", help="a tiny run, to check the script works")
-    p.add_argument("--out", help="JSON path (default bench/results/grid.json)")
+    p.add_argument("--save", action="store_true", help="write bench/results/grid.json (else bench/results/local/)")
+    p.add_argument("--out", help="JSON path")
     args = p.parse_args(argv)
     n, rounds, batches = (80, 1, 1) if args.quick else (args.n, args.rounds, args.batches)
     from feedline.sample import make_photo_folder
@@ -148,8 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     epoch = n / original["loader_img_s"]
     say(f"one loader epoch over these files on the original store: {epoch:.2f} s; "
         f"grid pack: {grid['pack_s']:.2f} s")
+    targets = [target("grid / original FeedLoader img/s (median of the rounds' quotients)", paired["loader"], 1.25),
+               target("grid pack (CLI) / one loader epoch on the original store", ratio(grid["pack_s"], epoch), 1.0,
+                      at_least=False)]
+    say(targets_table(targets, args.quick))
     path = write_results("grid", rows, params={"n": n, "rounds": rounds, "batches": batches, "size": 224,
-                                               "batch_size": 64}, out=args.out, ratios=ratios, paired_ratios=paired,
+                                               "batch_size": 64}, out=args.out, quick=args.quick, save=args.save,
+                         targets=targets, ratios=ratios, paired_ratios=paired,
                          loader_epoch_s=epoch, source_mib=source_bytes / 2**20,
                          rates={"loader": loader_rates, "decode": decode_rates, "pack": pack_seconds})
     say(f"wrote {path}")

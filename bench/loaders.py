@@ -42,6 +42,8 @@ NAME = "loaders"
 FEEDLINE, DATALOADER, DALI_CPU, FLOOR = "feedline", "torch-dataloader-pil", "dali-cpu", "decode-floor"
 POOL = "decode-pool"   # the floor's region decode over a pool of all threads, for reference
 CHECKED = "feedline-checked"   # FeedLoader on the same files packed with --check decode: region decode
+GRID = "feedline-grid"         # FeedLoader on the same files packed with --layout grid: spliced crops
+GRID_OVER_ORIGINAL = 1.25      # issue 24: the grid store over the original store, same loader settings
 # (denominator row, ratio column, minimum of FeedLoader's default over it), set for 2 cores
 TARGETS = ((DATALOADER, "x_dataloader", 2.5), (DALI_CPU, "x_dali_cpu", 1.8), (FLOOR, "x_floor", 0.9))
 FFCV_SAME, FFCV_OWN = "ffcv-same-jpeg", "ffcv-reencoded"
@@ -180,6 +182,9 @@ def _start_streams(options, data, threads: int, device: str):
         CHECKED: (f"FeedLoader(decoder='auto', device={device!r}), {threads} threads, on the same files packed "
                   "with --check decode (every record proven to decode: only crop regions are decoded)",
                   lambda: baselines.feedloader_stream(str(_checked_store(data)), batch, threads, device)),
+        GRID: (f"FeedLoader(decoder='auto', device={device!r}), {threads} threads, on the same files packed "
+               "with --layout grid (a restart marker after every MCU: each crop's MCUs spliced and decoded)",
+               lambda: baselines.feedloader_stream(str(_grid_store(data)), batch, threads, device)),
     }
     for name in options.decoders:   # a decoder's name, or an engine's (dali, gpu, threads)
         engine, decoder = (name, "auto") if name in ENGINES else ("auto", name)
@@ -213,6 +218,15 @@ def _checked_store(data) -> Path:
     if not out.exists():
         from converters import pack
         pack(str(data.folder), str(out), check="decode", progress=False)
+    return out
+
+
+def _grid_store(data) -> Path:
+    """The bench's images packed with ``--layout grid``, next to its packed file (once)."""
+    out = data.packed.with_name(data.packed.stem + "-grid" + data.packed.suffix)
+    if not out.exists():
+        from converters import pack
+        pack(str(data.folder), str(out), layout="grid", progress=False)
     return out
 
 
@@ -302,6 +316,10 @@ def _targets(rows: list[dict], rss: dict) -> list[dict]:
     for other, needed in FFCV_TARGETS:
         if other in speed:   # FeedLoader's printed img/s over FFCV's
             out.append(target(f"{FEEDLINE} / {other}", ratio(row and row["images_per_s"], speed[other]), needed))
+    grid = next((r for r in rows if r["name"] == GRID), None)
+    if grid is not None and row is not None:   # same files, same settings: --layout grid over the default pack
+        out.append(target(f"{GRID} / {FEEDLINE}", ratio(grid["images_per_s"], row["images_per_s"]),
+                          GRID_OVER_ORIGINAL))
     if not rss.get("skipped"):
         out.append(target(f"{FEEDLINE} RSS growth over {rss.get('epochs', '?')} epochs", rss.get("growth_pct"),
                           RSS_GROWTH_LIMIT_PCT, at_least=False, unit="%"))

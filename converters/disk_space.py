@@ -23,6 +23,9 @@ LMDB_PAGE = 4096
 _PER_RECORD = {"lmdb": 96, "hdf5": 64}   # journal entry and columns, besides the path's bytes
 _SAMPLE = 1000                   # files looked up first: enough when they show a wide margin
 _FIXED = 256 << 10               # metadata, B-tree roots, HDF5 superblock and objects
+# --layout grid stores each JPEG transcoded with a restart marker after every MCU: about 5%
+# larger than the file on photos; allowed for with a margin.
+GROWTH = {"original": 1.0, "grid": 1.08}
 
 
 class Room(NamedTuple):
@@ -56,10 +59,13 @@ def filesystem_of(path: str) -> str:
     return f"{best} ({kind})" if kind else best
 
 
-def estimate(fmt: str, lengths: list[int], path_bytes: int) -> int:
+def estimate(fmt: str, lengths: list[int], path_bytes: int, layout: str = "original") -> int:
     """Bytes a pack of files of ``lengths`` needs in format ``fmt`` ("lmdb" or "hdf5"),
-    assuming records as large as their files (JPEGs are stored as they are)."""
+    assuming records as large as their files (JPEGs are stored as they are), or as large
+    as their grid transcodes for ``layout`` "grid"."""
     n = len(lengths)
+    if GROWTH[layout] != 1.0:
+        lengths = [int(length * GROWTH[layout]) for length in lengths]
     if fmt == "lmdb":
         pages = sum(-(-(length + 16) // LMDB_PAGE) for length in lengths)  # each value's overflow pages
         data = pages * LMDB_PAGE
@@ -68,9 +74,9 @@ def estimate(fmt: str, lengths: list[int], path_bytes: int) -> int:
     return data + n * _PER_RECORD[fmt] + 2 * path_bytes + _FIXED
 
 
-def check_room(out: str, fmt: str, lengths: list[int], path_bytes: int) -> None:
+def check_room(out: str, fmt: str, lengths: list[int], path_bytes: int, layout: str = "original") -> None:
     """DiskFullError when the estimate for these files does not fit next to ``out``."""
-    needed = estimate(fmt, lengths, path_bytes)
+    needed = estimate(fmt, lengths, path_bytes, layout)
     try:
         room = room_at(os.path.dirname(out))
     except OSError:
@@ -80,11 +86,11 @@ def check_room(out: str, fmt: str, lengths: list[int], path_bytes: int) -> None:
         raise DiskFullError(
             f"{out}: needs {human_bytes(needed)}, {human_bytes(room.free)} free on {room.filesystem} "
             f"({len(lengths):,} files, {human_bytes(sum(lengths))} of input plus the {fmt} format's "
-            "overhead). Free space or write OUT elsewhere; pass --no-space-check if the output will be "
+            f"overhead{' and the grid layout' if layout != 'original' else ''}). Free space or write OUT elsewhere; pass --no-space-check if the output will be "
             "smaller than the input (large PNG or TIFF files shrink when converted to JPEG).")
 
 
-def check_room_for(out: str, fmt: str, root: str, rels: list[str]) -> None:
+def check_room_for(out: str, fmt: str, root: str, rels: list[str], layout: str = "original") -> None:
     """`check_room` for the files ``rels`` under ``root``, by their sizes on disk. A sample
     of about a thousand files is enough when it shows that twice the need fits, so a
     large pack does not stat every file first."""
@@ -95,9 +101,9 @@ def check_room_for(out: str, fmt: str, root: str, rels: list[str]) -> None:
             free = room_at(os.path.dirname(out)).free
         except OSError:
             return
-        if 2 * estimate(fmt, sample, sum(map(len, rels[::step]))) * step < free:
+        if 2 * estimate(fmt, sample, sum(map(len, rels[::step])), layout) * step < free:
             return
-    check_room(out, fmt, file_sizes(root, rels), sum(map(len, rels)))
+    check_room(out, fmt, file_sizes(root, rels), sum(map(len, rels)), layout)
 
 
 def file_sizes(root: str, rels: list[str]) -> list[int]:

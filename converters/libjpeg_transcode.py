@@ -13,13 +13,15 @@ Calling libjpeg through ctypes needs two things a C caller gets from the headers
   64-bit Unix (LP64) below. ``jpeg_Create*`` checks the sizes itself, and every output
   is parsed as a grid before it is used.
 - An ``error_exit`` that does not return into libjpeg (its default calls exit(); a C
-  caller longjmps, which a Python callback cannot). Each transcode runs on its own
-  short-lived thread; on a fatal error the callback reports it to the caller and then
-  blocks that thread for good, abandoning the half-done libjpeg state instead of
-  resuming it. Fatal errors come only from structurally damaged files (a missing
-  Huffman table, an unknown marker inside the data), which a pack meets rarely; each
-  one leaks a parked thread and its libjpeg memory. Warnings (corrupt or cut-short
-  data) are counted by libjpeg and make the file corrupt, as a strict decode does.
+  caller longjmps, which a Python callback cannot). Transcodes run on long-lived worker
+  threads, one per concurrent caller, reused; on a fatal error the callback reports it to
+  the caller and then blocks its worker for good, abandoning the half-done libjpeg state
+  instead of resuming it (a new worker takes its place). Fatal errors come only from
+  structural faults (an undefined table, a second SOF, an unknown marker), which
+  `jpeg_structure` finds first, so they do not reach libjpeg; should one get through,
+  each costs a parked thread, and after ``MAX_PARKED`` of them the pack stops with a
+  PackError instead of leaking more. Warnings (corrupt or cut-short data) are counted by
+  libjpeg and make the file corrupt, as a strict decode does.
 """
 from __future__ import annotations
 
@@ -27,9 +29,12 @@ import ctypes
 import glob
 import logging
 import os
+import queue
 import threading
 
 from feedline.errors import PackError
+
+from .jpeg_structure import StructureError, check_structure
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +95,8 @@ _lock = threading.Lock()
 _library: _Library | None = None
 _calls: dict[int, "_Call"] = {}      # the address of a libjpeg struct -> the call it belongs to
 _parked = 0
+_idle: list["_Worker"] = []          # workers waiting for a call
+MAX_PARKED = 16                      # fatal errors tolerated per process (see the module docstring)
 
 
 def _lib() -> _Library:
@@ -131,10 +138,32 @@ def _check_library() -> None:
     _checked = True
 
 
+class _Worker:
+    """A thread that runs the transcodes handed to it, one at a time, until one parks it."""
+
+    def __init__(self):
+        self.calls: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="libjpeg-transcode", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self.calls.get().run()
+
+
 def _run(call: "_Call") -> None:
-    thread = threading.Thread(target=call.run, name="libjpeg-transcode", daemon=True)
-    thread.start()
+    with _lock:
+        if _parked >= MAX_PARKED:
+            raise PackError(f"--layout grid: {_parked} files stopped libjpeg-turbo with a fatal error (the "
+                            f"last: {_last_fatal!r}) although their markers looked sound; each leaves a parked "
+                            "thread, so the pack stops here. Remove the files skipped as corrupt (see the log) "
+                            "and pack again, or pack with --layout original")
+        worker = _idle.pop() if _idle else None
+    worker = worker or _Worker()
+    worker.calls.put(call)
     call.done.wait()
+    if not call.parked:
+        with _lock:
+            _idle.append(worker)
 
 
 def _message(cinfo: int) -> str:
@@ -145,16 +174,21 @@ def _message(cinfo: int) -> str:
     return text.value.decode("latin-1")
 
 
+_last_fatal = ""
+
+
 @_ErrorExit
 def _error_exit(cinfo):
-    global _parked
+    global _parked, _last_fatal
     call = _calls.get(cinfo)
     message = _message(cinfo)
     with _lock:
         _parked += 1
+        _last_fatal = message
     log.warning("libjpeg-turbo: fatal error %r while transcoding; its thread is parked for good "
                 "(%d so far)", message, _parked)
     if call is not None:
+        call.parked = True
         call.finish(None, message)
     threading.Event().wait()   # never return into libjpeg, which would carry on with broken state
 
@@ -177,6 +211,7 @@ class _Call:
         self.error: str | None = None
         self.exception: BaseException | None = None
         self.warning: str | None = None
+        self.parked = False
 
     def finish(self, result: bytes | None, error: str | None) -> None:
         self.result, self.error = result, error
@@ -234,6 +269,10 @@ def transcode_to_grid(data: bytes, optimize: bool = False) -> bytes:
     scan; TranscodeError when libjpeg-turbo meets damaged data (a warning or a fatal error)."""
     if len(data) < 4:
         raise TranscodeError("too short to be a JPEG")
+    try:
+        check_structure(data)     # libjpeg's fatal errors, found before libjpeg meets them
+    except StructureError as exc:
+        raise TranscodeError(f"broken JPEG structure: {exc}") from None
     _check_library()
     call = _Call(bytes(data), optimize)
     _run(call)

@@ -120,7 +120,8 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
         elif options.resume:
             log.info("%s: nothing to resume; packing from the start", writer.partial_path)
         if options.space_check:
-            _check_space(scan, tally.consumed, out, fmt.value, writer, fresh=not entries)
+            _check_space(scan, tally.consumed, out, fmt.value, writer, fresh=not entries,
+                         layout=options.layout.value)
         _consume(scan, writer, options, tally, wanted, digest)
         skipped = not_taken + tally.skipped
         if not tally.labels:
@@ -161,11 +162,12 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
                       resumed_from=resumed_from, error_report=report_path)
 
 
-def _check_space(scan: ScanResult, start: int, out: str, fmt: str, writer: Writer, fresh: bool) -> None:
+def _check_space(scan: ScanResult, start: int, out: str, fmt: str, writer: Writer, fresh: bool,
+                 layout: str = "original") -> None:
     """Refuse before writing when the files still to pack will not fit; a fresh pack
     leaves nothing behind, a resumed one keeps what it has."""
     try:
-        check_room_for(out, fmt, scan.root, scan.paths[start:])
+        check_room_for(out, fmt, scan.root, scan.paths[start:], layout)
     except DiskFullError:
         if fresh:
             writer.discard()

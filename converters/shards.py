@@ -87,7 +87,8 @@ def pack_sharded(src: str | os.PathLike, out: str | os.PathLike, options: PackOp
         raise PackError(f"{clash[0]} already exists ({len(clash)} of the shards to pack do); pass --resume to "
                         "keep the complete shards of this pack, or --overwrite to replace them")
     if options.space_check and todo:
-        check_room_for(out, fmt.value, scan.root, [p for k in todo for p in scan.paths[slice(*ranges[k])]])
+        check_room_for(out, fmt.value, scan.root, [p for k in todo for p in scan.paths[slice(*ranges[k])]],
+                       options.layout.value)
     reports = []
     for k in wanted:
         name = shard_name(out, k, count)

@@ -94,13 +94,13 @@ def test_loader_bench_quick(tiny_folder, tmp_path):
     asked = params["batches"] * params["batch_size"]
     assert params["images_per_measurement"] == asked == 2 * 4
     rows = {r["name"]: r for r in payload["results"]}
-    assert set(rows) == {"feedline", "feedline-checked", "torch-dataloader-pil", "dali-cpu", "decode-floor",
-                         "decode-pool"}
+    assert set(rows) == {"feedline", "feedline-checked", "feedline-grid", "torch-dataloader-pil", "dali-cpu",
+                         "decode-floor", "decode-pool"}
     for name, row in rows.items():   # DALI is installed where the tests run: missing is a failure
         assert row["available"], f"{name}: {row['reason']}"
         assert positive_finite(row["images_per_s"]), name
         assert row["images_per_s_min"] <= row["images_per_s"] <= row["images_per_s_max"]
-    for name in ("feedline", "feedline-checked", "torch-dataloader-pil", "dali-cpu"):
+    for name in ("feedline", "feedline-checked", "feedline-grid", "torch-dataloader-pil", "dali-cpu"):
         measurements = rows[name]["measurements"]
         assert len(measurements) == params["repeats"]
         assert all(m["images"] == asked for m in measurements), f"{name} delivered other than asked"
@@ -126,6 +126,8 @@ def test_loader_bench_quick(tiny_folder, tmp_path):
                                   ("decode-floor", "x_floor", 0.9)):
         t = checks[f"feedline / {other}"]   # measured, but a quick run judges nothing
         assert t["measured"] == rows["feedline"][column] and t["passed"] is None and t["judged"] is False
+    grid = checks["feedline-grid / feedline"]   # the grid pack of the same files over the default pack
+    assert_quotient(grid["measured"], rows["feedline-grid"]["images_per_s"], rows["feedline"]["images_per_s"])
     assert payload["quick"] is True
     for name in ("feedline", "feedline-checked", "torch-dataloader-pil", "dali-cpu"):   # all decoded while timed
         assert rows[name]["images_per_s"] <= 4 * floor["images_per_s"], name

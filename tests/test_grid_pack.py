@@ -145,7 +145,7 @@ def test_transcoding_is_lossless_and_refuses_damage():
         transcode_to_grid(damaged_inside(jpeg))
     with pytest.raises(TranscodeError, match="Premature end"):
         transcode_to_grid(jpeg[:len(jpeg) // 2])
-    with pytest.raises(TranscodeError, match="no image"):     # a fatal libjpeg error: the process lives on
+    with pytest.raises(TranscodeError, match="no image"):     # fatal for libjpeg: refused before it
         transcode_to_grid(b"\xff\xd8\xff\xd9")
     assert np.array_equal(simplejpeg.decode_jpeg(transcode_to_grid(jpeg), "rgb"),
                           simplejpeg.decode_jpeg(jpeg, "rgb"))   # and transcoding still works after it
@@ -178,3 +178,17 @@ def test_a_library_with_other_structures_is_refused_with_a_clear_error(monkeypat
     jpeg = resave(make_image(random.Random(1), cv2.imread(photo_paths()[0]), sizes=[(64, 48)]))
     with pytest.raises(PackError, match="struct mismatch.*--layout original"):
         transcode_to_grid(jpeg)
+
+
+def test_the_space_check_allows_for_the_grid_being_larger(tmp_path, monkeypatch):
+    """The markers make records ~5% larger: room for the files alone is not room for a grid pack."""
+    from converters import disk_space
+    from feedline.errors import DiskFullError
+    lengths = [100_000] * 200
+    original = disk_space.estimate("hdf5", lengths, 2000)
+    grid = disk_space.estimate("hdf5", lengths, 2000, "grid")
+    assert 1.05 * sum(lengths) < grid - original + sum(lengths) < 1.1 * sum(lengths)
+    monkeypatch.setattr(disk_space, "room_at", lambda folder: disk_space.Room((original + grid) // 2, "/x (tmpfs)"))
+    disk_space.check_room(str(tmp_path / "out.h5"), "hdf5", lengths, 2000)
+    with pytest.raises(DiskFullError, match="overhead and the grid layout"):
+        disk_space.check_room(str(tmp_path / "out.h5"), "hdf5", lengths, 2000, "grid")

@@ -7,7 +7,7 @@ machine can add to the results of an earlier one:
   install   pip install --no-index --no-deps --target WORK/site        (no CUDA)
   cuda      the device, driver, CUDA and torch; stops here without CUDA (exit 3)
   data      10,000 photo-like JPEGs on all cores, packed to LMDB
-  loader, gpu_decode, prefetch, resnet50, ddp    bench/gpu/*.py, each writing its JSON
+  loader, gpu_decode, grid_splice, prefetch, resnet50, ddp    bench/gpu/*.py, each writing its JSON
   tests     pytest -m "not cuda", then pytest -m cuda (the whole suite between them)
   summary   bench/results/gpu/<kind>/summary.json from every stage file (always runs
             once CUDA is there), and copies for the device tool's $OUT
@@ -36,13 +36,14 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 import transport  # noqa: E402
 
-STAGES = ("wheels", "install", "cuda", "data", "loader", "gpu_decode", "prefetch", "resnet50", "ddp", "tests",
-          "summary")  # the benchmarks before the tests: a call that runs out of time loses the tests,
+STAGES = ("wheels", "install", "cuda", "data", "loader", "gpu_decode", "grid_splice", "prefetch", "resnet50", "ddp",
+          "tests", "summary")  # the benchmarks before the tests: a call that runs out of time loses the tests,
                       # which a later call reruns anyway once DALI has arrived
 ALWAYS = ("wheels", "install", "cuda", "summary")
 BENCHES = {  # stage -> (script, JSON name, seconds allowed)
     "loader": ("loader_img_s.py", "loader_img_s.json", 240),
     "gpu_decode": ("gpu_decode.py", "gpu_decode.json", 180),
+    "grid_splice": ("grid_splice.py", "grid_splice.json", 120),   # issue 24: spliced crops vs region decode
     "prefetch": ("prefetch_overlap.py", "prefetch_overlap.json", 90),
     "resnet50": ("resnet50.py", "resnet50.json", 300),
     "ddp": ("ddp.py", "ddp.json", 240),

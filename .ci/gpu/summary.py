@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 BENCH_FILES = {"loader": "loader_img_s.json", "gpu_decode": "gpu_decode.json", "prefetch": "prefetch_overlap.json",
-               "resnet50": "resnet50.json", "ddp": "ddp.json"}
+               "resnet50": "resnet50.json", "ddp": "ddp.json", "grid_splice": "grid_splice.json"}
 
 
 def kind_of(device: str | None) -> str:
@@ -57,7 +57,7 @@ def compose(stages: Path, repo: Path, info: dict) -> tuple[dict, Path]:
             paths[name.removesuffix(".json")] = str((out_dir / name).relative_to(repo))
     for log in stages.glob("pytest-*.log"):
         shutil.copy2(log, out_dir / log.name)
-    loader, decode, prefetch, resnet, ddp = (benches.get(s, {}) for s in BENCH_FILES)
+    loader, decode, prefetch, resnet, ddp, splice = (benches.get(s, {}) for s in BENCH_FILES)
     install, tests, wheels = _load(stages / "install.json"), _load(stages / "tests.json"), _load(stages / "wheels.json")
     runs = tests.get("runs", {})
     dali = install.get("imports", {}).get("dali", {})
@@ -71,6 +71,7 @@ def compose(stages: Path, repo: Path, info: dict) -> tuple[dict, Path]:
         "prefetch_copy_ms": prefetch.get("copy_ms"), "resnet50_real_img_s": resnet.get("real_images_per_s"),
         "resnet50_synthetic_img_s": resnet.get("synthetic_images_per_s"),
         "resnet50_real_over_synthetic": resnet.get("resnet50_real_over_synthetic"), "ddp_ok": ddp.get("ddp_ok"),
+        "grid_splice_x_region": splice.get("splice_x_region"), "grid_splice_backend": splice.get("splice_backend"),
     }
     rows = {r.get("name"): r for r in decode.get("results", [])}
     cpu = figures["cpu_threads_img_s"]

@@ -54,6 +54,12 @@ class GpuDecodeBatches:
         self._cpu = get_decoder("auto")
         self._stream = torch.cuda.Stream(device=self.device)
         self._targets = target_spec(store, config)   # None: the label alone, as always
+        # -- grid splice (issue 24, gpu_splice): on a grid store, decode only each crop's MCUs
+        from ..decoders.jpeg_grid import is_grid_store
+        from .gpu_splice import GridSplice
+        self._grid = GridSplice(nv, self.device) if is_grid_store(store) else None
+        self._cpu = GridSplice.checked(self._cpu) if self._grid else self._cpu
+        # -- end grid splice
 
     # -- one batch, on the producer thread --------------------------------------------
 
@@ -83,12 +89,15 @@ class GpuDecodeBatches:
         """Each sample's crop as a CUDA or host image; None where the GPU could not decode."""
         nv = self._nv
         streams, where = [], []
+        if self._grid:  # grid splice (issue 24): a new batch, nothing left from one that failed
+            self._grid.begin()
         for k, (_, data, box, _, _) in enumerate(samples):
             if isinstance(data, np.ndarray):   # a substitute, already decoded on the CPU
                 continue
             try:
-                stream = nv.CodeStream(data).get_sub_code_stream(region=nv.Region(
-                    start=(box.top, box.left), end=(box.top + box.height, box.left + box.width)))
+                stream = self._grid.stream(k, data, box) if self._grid else (  # grid splice (issue 24)
+                    nv.CodeStream(data).get_sub_code_stream(region=nv.Region(
+                        start=(box.top, box.left), end=(box.top + box.height, box.left + box.width))))
             except Exception:  # not a format nvImageCodec parses: the CPU decoder will say
                 continue
             streams.append(stream)
@@ -99,7 +108,7 @@ class GpuDecodeBatches:
         images = [data if isinstance(data, np.ndarray) else None for _, data, _, _, _ in samples]
         for k, image in zip(where, decoded):
             images[k] = image
-        return images
+        return self._grid.crops(images) if self._grid else images   # grid splice (issue 24)
 
     def _finish(self, plan: BatchPlan, policy: BadRecordPolicy, stats: LoaderStats, epoch: EpochPlan):
         t0 = time.perf_counter()

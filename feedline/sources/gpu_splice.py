@@ -1,0 +1,87 @@
+"""The GPU engine on a grid store: each crop's MCUs spliced into a small JPEG for nvImageCodec.
+
+nvImageCodec's region request still Huffman-decodes the scan up to the region's end, and
+the H100/H200 hardware JPEG decoder has no region decode at all. On a grid store
+(`jpeg_grid`) a crop's MCUs make a valid JPEG by themselves, so the batched decode gets
+only those bytes, on every backend alike; the decoded MCU block is then cut to the crop
+(a view, no copy). A record that is not a valid grid is a bad record on this path too: its
+stream is refused here, and the CPU fallback (`checked`) refuses it the same way.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..decoders.base import Box, Decoder
+from ..decoders.jpeg_grid import mcu_span, parse_grid, splice
+
+
+class GridSplice:
+    """Spliced code streams for one batch, then the decoded blocks cut to their crops.
+
+    Not thread-safe: one producer thread calls ``begin``, ``stream`` for a batch's samples,
+    then ``crops`` once with the decoded batch."""
+
+    def __init__(self, nv, device: torch.device | str = "cpu"):
+        self._nv, self._device = nv, torch.device(device)
+        self._cuts: dict[int, tuple[Box, tuple[int, int]]] = {}   # sample -> (crop in its block, block size)
+
+    def begin(self) -> None:
+        """A new batch: forget the crops of one whose decode failed before ``crops``."""
+        self._cuts = {}
+
+    def stream(self, k: int, data, box: Box):
+        """The CodeStream of sample ``k``'s crop; DecodeError when ``data`` is not a grid."""
+        top, left, height, width = (int(v) for v in box)
+        layout = parse_grid(data)
+        r0, r1, c0, c1 = mcu_span(layout, top, left, height, width)
+        y0, x0 = r0 * layout.mcu_height, c0 * layout.mcu_width
+        size = (min(r1 * layout.mcu_height, layout.height) - y0, min(c1 * layout.mcu_width, layout.width) - x0)
+        spliced = splice(data, layout, (r0, r1), (c0, c1))
+        self._cuts[k] = (Box(top - y0, left - x0, height, width), size)
+        return self._nv.CodeStream(spliced)
+
+    def crops(self, images: list) -> list:
+        """``images`` with each spliced sample's decoded block replaced by its crop (a torch
+        view); None where the decoder returned nothing or a block of the wrong size, which
+        sends that sample to the CPU fallback."""
+        cuts, self._cuts = self._cuts, {}
+        for k, (cut, size) in cuts.items():
+            image = images[k]
+            if image is None or isinstance(image, np.ndarray):
+                continue
+            block = _tensor(image, self._device)
+            if tuple(block.shape[:2]) != size:
+                images[k] = None
+                continue
+            images[k] = block[cut.top:cut.top + cut.height, cut.left:cut.left + cut.width]
+        return images
+
+    @staticmethod
+    def checked(decoder: Decoder) -> Decoder:
+        """``decoder`` for whole records of a grid store: a record whose grid is damaged is
+        refused (DecodeError) as the splice refuses it, not decoded whole after all."""
+        return _GridChecked(decoder)
+
+
+def _tensor(image, device: torch.device) -> torch.Tensor:
+    """An nvImageCodec image as an H x W x C uint8 tensor, without a copy; it keeps the image alive."""
+    if "HOST" in str(getattr(image, "buffer_kind", "")):
+        return torch.from_numpy(np.asarray(image))
+    return torch.as_tensor(image, device=device)
+
+
+class _GridChecked(Decoder):
+    def __init__(self, whole: Decoder):
+        self.whole, self.name = whole, whole.name
+
+    def decode(self, data) -> np.ndarray:
+        parse_grid(data)
+        return self.whole.decode(data)
+
+    def decode_into(self, data, box: Box, flip: bool, out: np.ndarray) -> None:
+        parse_grid(data)
+        self.whole.decode_into(data, box, flip, out)
+
+    def __repr__(self) -> str:
+        return f"grid-checked {self.whole!r}"
