@@ -17,13 +17,14 @@ import torch
 
 from .augment import AugmentSpec
 from .choices import Engine, Order
-from .config import (UNSET, LoaderConfig, OutputSpec, augment_spec, choose_order, choose_pinning, choose_threads,
-                     distributed_position, output_spec)
+from .config import (UNSET, LoaderConfig, OutputSpec, augment_spec, choose_order, choose_pinning,
+                     choose_threads, distributed_position, output_spec, transform_spec)
 from .decoders.base import Decoder
 from .memory import check_buffers_fit
 from .order import batch_count
 from .plan import EpochPlan
 from .selection import resolve_engine_and_decoder
+from .size_schedule import schedule_of
 from .sources import make_source
 from .stats import LoaderStats
 from .stores import Store, open_dataset
@@ -59,6 +60,7 @@ class FeedLoader:
     Order, crops and flips are pure functions of (seed, epoch, index): the same batches for
     any thread count or engine; ``state_dict()`` resumes mid-epoch exactly. One iteration
     runs at a time: a new ``iter(loader)`` ends the previous one, which then raises.
+    ``transforms``, ``batch_transforms``, ``size`` as a callable epoch -> size: see the README.
     """
 
     def __init__(self, source: str | os.PathLike | Store, batch_size: int = 256, shuffle: bool | None = None,
@@ -72,14 +74,14 @@ class FeedLoader:
                  quasi_random: tuple[int, int] = (16, 256), even_shards: bool = True,
                  rank: int | None = None, world_size: int | None = None,
                  num_workers: int | None = None, pin_memory: bool | None = None,
-                 persistent_workers: bool | None = None):
+                 persistent_workers: bool | None = None, transforms=(), batch_transforms=()):
         del persistent_workers  # DataLoader's: needs nothing here, the buffers persist anyway
         self.store = open_source(source)
         if len(self.store) == 0:
             raise ValueError(f"{self.store.filename}: the data set is empty")
         rank, world_size = distributed_position(rank, world_size)
         output = output_spec(output, device, mean=mean, std=std, dtype=dtype, channels_last=channels_last)
-        augment = augment_spec(augment, size=size, train=train, scale=scale, ratio=ratio,
+        augment = augment_spec(augment, size=size, train=train, scale=scale, ratio=ratio,  # a schedule: epoch 0's
                                crop_fraction=crop_fraction, flip=flip)
         chosen = resolve_engine_and_decoder(engine, decoder, output.device, self.store)
         self.config = LoaderConfig(
@@ -87,7 +89,7 @@ class FeedLoader:
             num_threads=choose_threads(num_threads, num_workers), prefetch=prefetch, engine=chosen.engine,
             decoder=chosen.decoder_name, on_error=on_error, output=output, rank=rank, world_size=world_size,
             even_shards=even_shards, quasi_random=tuple(quasi_random), pin_memory=choose_pinning(pin_memory),
-            augment=augment)
+            augment=augment, size_schedule=schedule_of(size), transforms=transform_spec(transforms, batch_transforms))
         if self.config.order is Order.QUASI_RANDOM:
             warn_if_class_sorted(self.store, self.config.quasi_random)
         check_buffers_fit(self.config)
@@ -128,7 +130,7 @@ class FeedLoader:
             self._position = Position(self._position.epoch + 1, 0)
         self._started = True
         c = self.config
-        epoch = EpochPlan(c.augment, c.seed, self._position.epoch, c.order, c.batch_size, c.drop_last,
+        epoch = EpochPlan(c.spec_at(self._position.epoch), c.seed, self._position.epoch, c.order, c.batch_size, c.drop_last,
                           c.rank, c.world_size, c.even_shards, *c.quasi_random)
         self.stats = LoaderStats()
         iterator = EpochIterator(self._deliver(epoch))

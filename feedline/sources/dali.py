@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 import numpy as np
@@ -18,6 +18,7 @@ from ..stats import LoaderStats
 from .dali_graph import build_pipeline, dali_reason, import_dali, to_torch
 from .known_bad import KnownBad
 from .policy import BadRecordPolicy
+from .transforming import transforming
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class DaliBatches:
         self._refeed: deque[BatchPlan] = deque()  # plans to feed again after a pipeline rebuild
         self._inflight: deque[_Fed] = deque()     # fed to DALI, outputs not yet taken; oldest first
         self._stopping = False
+        self._transforming, self._made = transforming(store, config), None   # _made: what the pipeline makes
 
     # -- feeding -------------------------------------------------------------------------
 
@@ -104,6 +106,9 @@ class DaliBatches:
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self._policy = BadRecordPolicy(self.store, self.config.on_error, epoch, stats.ledger)
+        if self._made is None or epoch.spec.size != self._made.augment.size:  # a size schedule moved
+            self._discard()
+            self._made = pipeline_config(self.config, epoch.spec.size, pixels=self._transforming is not None)
         self._plans = epoch.batches(self.store.labels, self.store.sizes, start)
         self._stopping = False
         self._refeed.clear()
@@ -121,10 +126,12 @@ class DaliBatches:
                     pipe = self._recover(exc)
                     continue
                 fed = self._inflight.popleft()
-                images = to_torch(self._dali, outputs[0], self.config, self._stream())
+                images = to_torch(self._dali, outputs[0], self._made, self._stream())
                 pipe.release_outputs()
                 labels = torch.from_numpy(fed.labels.astype(np.int64)).to(self.config.output.device,
                                                                           non_blocking=True)
+                if self._transforming is not None:  # DALI gave uint8 pixels: the same transforms as every engine
+                    images, labels = self._transforming.finish_pixels(images, labels, fed.plan, self.config.output)
                 pipe.schedule_run()  # DALI works on the next batch while the consumer trains
                 yield images, labels
             pipe.reset()
@@ -137,7 +144,7 @@ class DaliBatches:
 
     def _pipeline(self):
         if self._pipe is None:
-            self._pipe = build_pipeline(self._dali, self.config, self._next_inputs)
+            self._pipe = build_pipeline(self._dali, self._made, self._next_inputs)
         return self._pipe
 
     def _discard(self) -> None:
@@ -173,3 +180,12 @@ class DaliBatches:
 
     def close(self) -> None:
         self._discard()
+
+
+def pipeline_config(config: LoaderConfig, size: tuple[int, int], pixels: bool) -> LoaderConfig:
+    """What the pipeline makes: ``size`` (a size schedule's, this epoch); uint8 pixels when
+    transforms follow it (they take pixels, then normalize as every engine does)."""
+    c = replace(config, augment=replace(config.augment, size=size))
+    if pixels:
+        c = replace(c, output=replace(c.output, mean=None, dtype=None, channels_last=True))
+    return c

@@ -27,6 +27,7 @@ from ..stats import LoaderStats
 from .background import ahead
 from .normalization import layout_of, normalize_batch
 from .policy import BadRecordPolicy
+from .transforming import transforming
 
 
 class GpuDecodeBatches:
@@ -52,6 +53,7 @@ class GpuDecodeBatches:
         self._nv = nv
         self._cpu = get_decoder("auto")
         self._stream = torch.cuda.Stream(device=self.device)
+        self._transforming = transforming(store, config)
 
     # -- one batch, on the producer thread --------------------------------------------
 
@@ -99,14 +101,14 @@ class GpuDecodeBatches:
             images[k] = image
         return images
 
-    def _finish(self, plan: BatchPlan, policy: BadRecordPolicy, stats: LoaderStats):
+    def _finish(self, plan: BatchPlan, policy: BadRecordPolicy, stats: LoaderStats, size: tuple[int, int]):
         t0 = time.perf_counter()
         samples = self._read(plan, policy)
         t1 = time.perf_counter()
         images = self._decode(samples)
         stats.add(read_s=t1 - t0, decode_s=time.perf_counter() - t1)  # decode: enqueue and host-side time
         c = self.config
-        h, w = c.augment.size
+        h, w = size
         with torch.cuda.stream(self._stream):
             batch = torch.empty((len(samples), 3, h, w), dtype=torch.float32, device=self.device,
                                 memory_format=layout_of(c.output))
@@ -122,8 +124,12 @@ class GpuDecodeBatches:
                 resized = F.interpolate(crop, size=(h, w), mode="bilinear", antialias=True, align_corners=False)
                 batch[k] = resized[0].flip(-1) if flip else resized[0]
                 labels[k] = label
-            batch = normalize_batch(batch.clamp_(0, 255), c.output)
             labels = labels.to(self.device, non_blocking=True)
+            if self._transforming is None:
+                batch = normalize_batch(batch.clamp_(0, 255), c.output)
+            else:  # the transforms take the uint8 pixels every engine makes
+                pixels = batch.round_().clamp_(0, 255).to(torch.uint8)
+                batch, labels = self._transforming.finish_pixels(pixels, labels, plan, c.output)
             ready = torch.cuda.Event()
             ready.record(self._stream)
         return batch, labels, ready, images  # images: kept alive until the next decode call
@@ -132,7 +138,7 @@ class GpuDecodeBatches:
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         policy = BadRecordPolicy(self.store, self.config.on_error, epoch, stats.ledger)
-        finished = (self._finish(plan, policy, stats)
+        finished = (self._finish(plan, policy, stats, epoch.spec.size)
                     for plan in epoch.batches(self.store.labels, self.store.sizes, start))
         for images, labels, event, _ in ahead(finished, self.config.prefetch, "feedline-gpu-decode"):
             current = torch.cuda.current_stream(self.device)
