@@ -161,3 +161,33 @@ def test_threads_and_dali_give_the_same_batches(packed_lmdb):
         per_image.append((x1 - x2).abs().mean(dim=(1, 2, 3)))
     per_image = torch.cat(per_image)
     assert float(per_image.median()) < 0.04 and float(per_image.mean()) < 0.12
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("engine", ["threads", pytest.param("dali", marks=pytest.mark.dali)])
+def test_cpu_and_cuda_agree_within_one_level(packed_lmdb, engine):
+    """Same parameters on both: the CUDA output (trailing built-ins batched on the side
+    stream, batch transforms after normalizing) against the CPU output (every built-in on
+    the decode threads): mean absolute difference within 1/255 on the uint8 scale."""
+    ops = [ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(0.2), GaussianBlur(5, (0.1, 2.0)),
+           RandomErasing(0.5)]
+    kw = dict(transforms=ops, batch_transforms=[Mixup(1.0, 1.0)], mean=None)
+    with loader(packed_lmdb, **kw) as cpu, loader(packed_lmdb, device="cuda", **kw) as gpu:
+        assert len(gpu.source.transforming.device) == len(ops)   # all batched on the GPU
+        for (x1, y1), (x2, y2) in zip(epoch(cpu, 3), epoch(gpu, 3)):
+            assert x2.is_cuda and torch.allclose(y1, y2.cpu(), atol=1e-6)
+            assert float((x1.float() - x2.cpu().float()).abs().mean()) <= 1.0
+
+
+@pytest.mark.cuda
+def test_a_user_hook_runs_on_the_host_before_the_gpu_part(packed_lmdb):
+    """split(): the hook and the built-ins before it on the decode threads, the rest batched."""
+    def invert(image, rng):
+        return 255 - image
+
+    ops = [ColorJitter(0.4), invert, RandomErasing(1.0)]
+    with loader(packed_lmdb, transforms=ops, batch_transforms=[], mean=None) as cpu, \
+            loader(packed_lmdb, transforms=ops, batch_transforms=[], mean=None, device="cuda") as gpu:
+        assert len(gpu.source.transforming.host) == 2 and len(gpu.source.transforming.device) == 1
+        (x1, _), (x2, _) = epoch(cpu, 1)[0], epoch(gpu, 1)[0]
+    assert float((x1.float() - x2.cpu().float()).abs().mean()) <= 1.0
