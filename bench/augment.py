@@ -7,11 +7,15 @@ Rows, measured in one run:
   timm do it: RandAugment on the PIL image, RandomErasing on the normalized tensor, both in
   the workers; Mixup on the collated batch in the main process.
 - ``feedloader`` / ``feedloader+recipe``: FeedLoader without and with ``transforms=`` /
-  ``batch_transforms=`` (skipped, with the reason, while FeedLoader has no such argument).
+  ``batch_transforms=`` (the recipe on the decode threads, the mixer on the consumer's).
 - ``ops:pil`` / ``ops:feedline``: the recipe's per-sample ops alone on 224 x 224 photos in
   this process on one thread (PIL as above vs feedline.transforms' numpy/OpenCV path).
 
-Usage: python bench/augment.py [DATA] [--quick] [--n N] [--batches B] [--seconds S] [--workers W]
+Targets: feedloader+recipe over dataloader+recipe >= 3x; the recipe's cost for FeedLoader
+(feedloader+recipe over feedloader) is reported. --quick writes under bench/results/quick and
+judges nothing; --save writes the committed bench/results/augment.json.
+
+Usage: python bench/augment.py [DATA] [--quick | --save] [--n N] [--batches B] [--seconds S] [--workers W]
 """
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.baselines import PilFolderDataset, dataloader_stream, feedloader_stream  # noqa: E402
-from bench.common import format_table, ratio, write_results  # noqa: E402
+from bench.args import check_output_flags, output_arguments  # noqa: E402
+from bench.common import format_table, ratio, target, targets_table, write_results  # noqa: E402
 from bench.data import prepare_data  # noqa: E402
 from bench.streams import LoaderStream, forever, measure, plain_stream  # noqa: E402
 
@@ -178,8 +183,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=None, help="default 64")
     p.add_argument("--workers", type=int, default=2, help="DataLoader workers and FeedLoader threads")
     p.add_argument("--seconds", type=float, default=None, help="seconds per ops row (default 5)")
-    p.add_argument("--out")
+    output_arguments(p, "augment")
     a = p.parse_args(argv)
+    check_output_flags(p, a)
     batches, batch_size = a.batches or (3 if a.quick else 30), a.batch_size or (8 if a.quick else 64)
     seconds = a.seconds or (0.5 if a.quick else 5.0)
     torch.set_num_threads(1)
@@ -217,8 +223,14 @@ def main(argv=None) -> int:
         r["ratio"] = ratio(r["img_s"], by.get(base)) if base else None
     print(format_table(rows, [("row", "name"), ("img/s", "img_s"), ("vs", "vs"), ("ratio", "ratio"),
                               ("note", "reason")]))
+    targets = [target("feedloader+recipe over dataloader+recipe", ratio(by["feedloader+recipe"],
+                                                                         by["dataloader+recipe"]), 3.0)]
+    kept = ratio(by["feedloader+recipe"], by["feedloader"])
+    print(targets_table(targets, quick=a.quick))
+    print(f"the recipe keeps {kept:.2f} of FeedLoader's crop + flip throughput" if kept else "")
     path = write_results("augment", rows, params={"batches": batches, "batch_size": batch_size,
-                                                  "workers": a.workers, "data": data.to_dict()}, out=a.out)
+                                                  "workers": a.workers, "data": data.to_dict()}, out=a.out,
+                         quick=a.quick, save=a.save, targets=targets, recipe_kept=kept)
     print(f"wrote {path}")
     return 0
 

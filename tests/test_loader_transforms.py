@@ -96,7 +96,7 @@ def test_a_user_hook_gets_the_crop_and_a_generator(packed_lmdb):
 
 
 def test_a_hook_returning_the_wrong_shape_names_it_and_the_sample(packed_lmdb):
-    with loader(packed_lmdb, transforms=[lambda im, rng: im[:10]], batch_transforms=[], shuffle=False) as bad:
+    with loader(packed_lmdb, 1, transforms=[lambda im, rng: im[:10]], batch_transforms=[], shuffle=False) as bad:
         with pytest.raises(TransformError, match=r"transforms\[0\].*sample 0"):
             epoch(bad, 1)
 

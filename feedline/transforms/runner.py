@@ -157,12 +157,12 @@ class BatchTransforms:
                 step = _bound(step, num_classes, seen)
             self.steps.append(step)
 
-    def apply(self, images: torch.Tensor, targets: torch.Tensor, seed: int, epoch: int,
-              indices) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch of samples ``indices`` through every batch transform, in order."""
+    def apply(self, images: torch.Tensor, targets, seed: int, epoch: int, indices) -> tuple[torch.Tensor, object]:
+        """The batch of samples ``indices`` through every batch transform, in order. Targets:
+        a tensor, or a dict whose 'label' or 'labels' entry a mixer mixes."""
         for pos, step in enumerate(self.steps):
             if isinstance(step, Mixup):
-                images, targets = step(images, targets, seed=seed, epoch=epoch, indices=indices)
+                images, targets = self._mix(step, pos, images, targets, seed, epoch, indices)
                 continue
             out = step(images, targets)
             if (not isinstance(out, tuple) or len(out) != 2 or not isinstance(out[0], torch.Tensor)
@@ -172,6 +172,25 @@ class BatchTransforms:
                                      f"got {type(out).__name__}")
             images, targets = out
         return images, targets
+
+    def _mix(self, step: Mixup, pos: int, images, targets, seed: int, epoch: int, indices):
+        where = f"{self.argument}[{pos}] ({_name(step)})"
+        if not isinstance(targets, dict):
+            return step(images, _mixable(targets), seed=seed, epoch=epoch, indices=indices)
+        if "boxes" in targets:
+            raise TransformError(f"{where}: the targets have boxes, which a mixed image cannot keep; "
+                                 f"drop the mixer, or the boxes field")
+        key = next((k for k in ("label", "labels") if k in targets), None)
+        if key is None:
+            raise TransformError(f"{where}: mixing needs a 'label' (int) or 'labels' (multi-hot) target; "
+                                 f"the targets have {', '.join(map(repr, targets))}")
+        images, mixed = step(images, _mixable(targets[key]), seed=seed, epoch=epoch, indices=indices)
+        return images, {**targets, key: mixed}
+
+
+def _mixable(targets: torch.Tensor) -> torch.Tensor:
+    """Multi-hot targets (N, C) of any dtype as probabilities a mixer blends; int labels as they are."""
+    return targets.float() if targets.dim() == 2 and not targets.is_floating_point() else targets
 
 
 def _bound(mixer: Mixup, num_classes: int | None, seen: dict) -> Mixup:
