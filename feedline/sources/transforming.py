@@ -69,6 +69,8 @@ class Transforming:
         """The batch transforms on the finished batch."""
         if not self.batch.steps:
             return images, targets
+        if isinstance(targets, torch.Tensor) and targets.device.type != "cpu":
+            self.batch.check_labels(plan.labels)
         return self.batch.apply(images, targets, self.seed, plan.epoch, plan.indices)
 
     def finish_pixels(self, pixels: torch.Tensor, targets, plan: BatchPlan, output: OutputSpec):

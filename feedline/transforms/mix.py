@@ -27,6 +27,12 @@ def cut_boxes(lam: np.ndarray, cy: np.ndarray, cx: np.ndarray, height: int, widt
     return np.stack([y0, y1, x0, x1], 1), 1.0 - (y1 - y0) * (x1 - x0) / float(height * width)
 
 
+def check_label_range(labels: np.ndarray, num_classes: int, owner: str) -> None:
+    if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+        raise ValueError(f"{owner}: a label is outside 0..{num_classes - 1} (num_classes="
+                         f"{num_classes}): {int(labels.min())}..{int(labels.max())}")
+
+
 def soft_targets(targets: torch.Tensor, num_classes: int | None, smoothing: float,
                  owner: str) -> torch.Tensor:
     """Int labels (N,) -> smoothed one-hot (N, C); probability vectors pass unchanged."""
@@ -38,9 +44,8 @@ def soft_targets(targets: torch.Tensor, num_classes: int | None, smoothing: floa
     if targets.dim() != 1 or targets.is_floating_point():
         raise ValueError(f"{owner}: targets must be int labels (N,) or probabilities (N, C), "
                          f"got {tuple(targets.shape)} {targets.dtype}")
-    if len(targets) and (int(targets.min()) < 0 or int(targets.max()) >= num_classes):
-        raise ValueError(f"{owner}: a label is outside 0..{num_classes - 1} (num_classes="
-                         f"{num_classes}): {int(targets.min())}..{int(targets.max())}")
+    if targets.device.type == "cpu":  # on a device, reading the range back would wait for the stream
+        check_label_range(targets.numpy(), num_classes, owner)
     off = smoothing / num_classes
     out = torch.full((len(targets), num_classes), off, dtype=torch.float32, device=targets.device)
     return out.scatter_(1, targets.long()[:, None], 1.0 - smoothing + off)

@@ -28,7 +28,7 @@ from .base import Params, SampleOp, TransformError, row
 from .blur import GaussianBlur
 from .erasing import RandomErasing
 from .jitter import ColorJitter, RandomGrayscale
-from .mix import CutMix, Mixup, MixUp
+from .mix import CutMix, Mixup, MixUp, check_label_range
 from .streams import generator, stream_of
 
 SAMPLE_OPS = {c.__name__: c for c in (RandAugment, TrivialAugmentWide, ColorJitter, RandomGrayscale,
@@ -172,6 +172,12 @@ class BatchTransforms:
                                      f"got {type(out).__name__}")
             images, targets = out
         return images, targets
+
+    def check_labels(self, labels: np.ndarray) -> None:
+        """The mixers' label range checked on the host, for a batch whose labels are on a device."""
+        for pos, step in enumerate(self.steps):
+            if isinstance(step, Mixup) and step.num_classes is not None and labels.ndim == 1:
+                check_label_range(labels, step.num_classes, f"{_name(step)}({self.argument}[{pos}])")
 
     def _mix(self, step: Mixup, pos: int, images, targets, seed: int, epoch: int, indices):
         where = f"{self.argument}[{pos}] ({_name(step)})"
