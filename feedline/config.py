@@ -273,6 +273,6 @@ def distributed_position(rank, world_size) -> tuple[int, int]:
     return check_position(rank, world_size)
 
 
-__all__ = ["LoaderConfig", "OutputSpec", "TransformSpec", "UNSET", "augment_spec", "output_spec", "transform_spec", "choose_order", "choose_threads",
-           "choose_pinning", "check_position", "distributed_position", "resolve_device", "usable_cores",
+__all__ = ["LoaderConfig", "OutputSpec", "TransformSpec", "UNSET", "augment_spec", "output_spec", "transform_spec",
+           "choose_order", "choose_threads", "choose_pinning", "check_position", "distributed_position", "resolve_device", "usable_cores",
            "default_device", "IMAGENET_MEAN", "IMAGENET_STD"]

@@ -130,8 +130,8 @@ class FeedLoader:
             self._position = Position(self._position.epoch + 1, 0)
         self._started = True
         c = self.config
-        epoch = EpochPlan(c.spec_at(self._position.epoch), c.seed, self._position.epoch, c.order, c.batch_size, c.drop_last,
-                          c.rank, c.world_size, c.even_shards, *c.quasi_random)
+        epoch = EpochPlan(c.spec_at(self._position.epoch), c.seed, self._position.epoch, c.order, c.batch_size,
+                          c.drop_last, c.rank, c.world_size, c.even_shards, *c.quasi_random)
         self.stats = LoaderStats()
         iterator = EpochIterator(self._deliver(epoch))
         # Held weakly: an iterator the caller drops is finalized at once, and closing it

@@ -40,7 +40,8 @@ def test_the_flags_make_the_loader_arguments():
     assert isinstance(ra, RandAugment) and (ra.num_ops, ra.magnitude) == (2, 9)
     assert isinstance(jitter, ColorJitter) and isinstance(erase, RandomErasing) and erase.p == 0.25
     (mix,) = train["batch_transforms"]
-    assert isinstance(mix, Mixup) and (mix.mixup_alpha, mix.cutmix_alpha, mix.prob, mix.switch_prob) == (0.8, 1.0, 0.9, 0.4)
+    assert isinstance(mix, Mixup)
+    assert (mix.mixup_alpha, mix.cutmix_alpha, mix.prob, mix.switch_prob) == (0.8, 1.0, 0.9, 0.4)
     assert (mix.label_smoothing, mix.num_classes) == (0.1, 10)
     assert isinstance(train["size"], ProgressiveSize) and [train["size"].size(e) for e in (0, 4)] == [32, 64]
     assert loader_options(cfg, False, 10) == {"size": 96}

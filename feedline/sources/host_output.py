@@ -144,8 +144,9 @@ class OutputRing:
 
 def lend(feed, finish=None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The filled batches of ``feed`` (a Feed over an OutputRing), in order, as views of the
-    ring's tensors (through ``finish(images, labels, plan)``, the batch transforms, if given). A slot goes back to the feed when the consumer asks for the batch after
-    next: by then it has let go of it, unless it keeps it (the ring then sees that)."""
+    ring's tensors (through ``finish(images, labels, plan)``, the batch transforms, if given).
+    A slot goes back to the feed when the consumer asks for the batch after next: by then it
+    has let go of it, unless it keeps it (the ring then sees that)."""
     lent = collections.deque()   # slots of the batch the consumer holds and the one before it
     while True:
         if len(lent) == 2:

@@ -28,9 +28,10 @@ class ThreadBatches:
     """A BatchSource of per-image decoders on ``config.num_threads`` threads.
 
     Shapes are known before the first epoch, so the ring has ``prefetch + 2`` slots from
-    the start: memory stays flat however many epochs run. With a size schedule the ring
-    is reallocated when an epoch's size differs from the last one's, and the old one freed. On the host the slots are the
-    batches the consumer receives (host_output.py says what happens to a batch it keeps);
+    the start: memory stays flat however many epochs run (with a size schedule the ring is
+    reallocated when an epoch's size differs from the last one's, the old one freed first).
+    On the host the slots are the batches the consumer receives (host_output.py says what
+    happens to a batch it keeps);
     for a CUDA device they are pinned uint8 buffers the prefetcher copies from. One ``run``
     at a time; its threads are joined when its iterator is closed or exhausted.
     """
