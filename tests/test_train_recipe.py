@@ -79,3 +79,27 @@ def test_a_short_cpu_run_with_the_recipe(tmp_path):
     epochs = events(out, "epoch")
     assert len(epochs) == 3 and all(e["train_loss"] == e["train_loss"] for e in epochs)   # finite
     assert summary(out)["final"]["val_images"] == 16
+
+
+def test_resume_with_the_recipe_equals_an_uninterrupted_run(tmp_path):
+    """Every part of the recipe is a function of (seed, epoch, index): stopping mid-epoch 2
+    (at a new size of the ramp) and resuming gives the uninterrupted run's weights, bitwise."""
+    train = pack(two_class_folder(tmp_path / "src", 48, seed=1), tmp_path / "train.lmdb")
+    common = [train, *FAST, *RECIPE, "--size", "40", "--size-start", "24", "--size-ramp-epochs", "1",
+              "--epochs", "2", "--deterministic", "--synthetic-steps", "0"]
+    assert run([*common, "--out", tmp_path / "whole"]) == 0
+    assert run([*common, "--out", tmp_path / "parts", "--max-steps", "9"]) == 0   # 6 steps per epoch
+    assert run([*common, "--out", tmp_path / "parts", "--resume"]) == 0
+    whole = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=False)
+    parts = torch.load(tmp_path / "parts" / "checkpoint.pt", weights_only=False)
+    assert parts["progress"] == whole["progress"]
+    for name, tensor in whole["model"].items():
+        assert torch.equal(parts["model"][name], tensor), name
+
+
+def test_resume_refuses_another_recipe(tmp_path, capsys):
+    train = pack(two_class_folder(tmp_path / "src", 48, seed=1), tmp_path / "train.lmdb")
+    common = [train, *FAST, "--epochs", "2", "--synthetic-steps", "0", "--out", tmp_path / "run"]
+    assert run([*common, "--max-steps", "2"]) == 0
+    line = one_line_error(capsys, [*common, "--resume", "--mixup", "0.8"])
+    assert "was written with --mixup 0.0, this run has 0.8" in line
