@@ -122,6 +122,14 @@ class LoaderConfig:
             return self.augment
         return replace(self.augment, size=self.size_schedule.at(epoch))
 
+    def at_largest_size(self) -> "LoaderConfig":
+        """This config at the largest size its schedule reaches, when the schedule can say
+        (``sizes()``, as ProgressiveSize has): what the memory check must allow for."""
+        sizes = self.size_schedule.known_sizes() if self.size_schedule is not None else None
+        if not sizes:
+            return self
+        return replace(self, augment=replace(self.augment, size=max(sizes, key=lambda s: s[0] * s[1])))
+
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the fields once, here
         set_(self, "order", Order.parse(self.order, "order"))

@@ -92,7 +92,7 @@ class FeedLoader:
             augment=augment, size_schedule=schedule_of(size), transforms=transform_spec(transforms, batch_transforms))
         if self.config.order is Order.QUASI_RANDOM:
             warn_if_class_sorted(self.store, self.config.quasi_random)
-        check_buffers_fit(self.config)
+        check_buffers_fit(self.config.at_largest_size())
         self.source = make_source(self.store, self.config, chosen.decoder)
         self.stats = LoaderStats()
         self._position, self._started = Position(), False  # _started: an iteration of this epoch has begun

@@ -35,6 +35,11 @@ class SizeSchedule:
     def at(self, epoch: int) -> tuple[int, int]:
         return as_size(self._fn(int(epoch)), f"size({epoch}) (the size schedule at epoch {epoch})")
 
+    def known_sizes(self) -> list[tuple[int, int]] | None:
+        """Every size the schedule gives, when it has a ``sizes()`` method; else None."""
+        sizes = getattr(self.schedule, "sizes", None)
+        return [as_size(s, "size schedule's sizes()") for s in sizes()] if callable(sizes) else None
+
     def __repr__(self) -> str:
         return f"SizeSchedule({self.schedule!r})"
 

@@ -91,3 +91,9 @@ def test_a_bad_schedule_says_which_epoch(packed_lmdb):
 def test_eval_size_is_independent(packed_lmdb):
     with loader(packed_lmdb) as train, loader(packed_lmdb, size=80, train=False, shuffle=False) as val:
         assert next(iter(train))[0].shape[-1] == 32 and next(iter(val))[0].shape[-1] == 80
+
+
+def test_the_memory_check_allows_for_the_largest_size_of_the_ramp(packed_lmdb):
+    """A ramp whose end does not fit is refused before anything is allocated, at its start."""
+    with pytest.raises(MemoryError, match=r"at 20000x20000"):
+        loader(packed_lmdb, batch_size=64, size=ProgressiveSize(32, 20000, ramp_epochs=3, step=32))

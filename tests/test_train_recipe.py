@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from test_train_helpers import FAST, events, one_line_error, pack, run, summary, two_class_folder
 
 from feedline.size_schedule import ProgressiveSize
-from feedline.train.config import TrainConfig, TrainError
+from feedline.train.config import TrainConfig
 from feedline.train.recipe import RecipeLoss, loader_options
 from feedline.train.recipe_options import parse_aa
 from feedline.transforms import ColorJitter, Mixup, RandAugment, RandomErasing, TrivialAugmentWide
