@@ -12,6 +12,7 @@ import torch
 from .augment import AugmentSpec
 from .choices import Engine, OnError, Order
 from .errors import BackendUnavailable
+from .size_schedule import SizeSchedule, schedule_of
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -69,6 +70,30 @@ class OutputSpec:
 
 
 @dataclass(frozen=True)
+class TransformSpec:
+    """What runs beyond the crop and flip: ``transforms`` per sample (built-ins from
+    feedline.transforms, their names, or callables ``fn(image, rng)``), in order;
+    ``batch_transforms`` on the finished batch (mixers or callables ``fn(images, targets)``).
+    ``num_classes``: for mixers that lack it; the store's class count when None."""
+
+    transforms: tuple = ()
+    batch_transforms: tuple = ()
+    num_classes: int | None = None
+
+    def __post_init__(self):
+        for name in ("transforms", "batch_transforms"):
+            value = getattr(self, name)
+            if value is None:
+                value = ()
+            if not isinstance(value, (list, tuple)):
+                raise TypeError(f"{name}= takes a list of transforms, got {type(value).__name__}")
+            object.__setattr__(self, name, tuple(value))
+
+    def __bool__(self) -> bool:
+        return bool(self.transforms or self.batch_transforms)
+
+
+@dataclass(frozen=True)
 class LoaderConfig:
     """Everything a FeedLoader does, resolved: no "auto" left, every value checked."""
 
@@ -89,6 +114,22 @@ class LoaderConfig:
     quasi_random: tuple[int, int] = (16, 256)  # order='quasi-random': records per block, blocks per window
     pin_memory: bool = False    # page-locked batch buffers (always on a CUDA device)
     min_box_visibility: float = 0.25   # targets: boxes with less of their area in the crop are dropped
+    transforms: TransformSpec = TransformSpec()
+    size_schedule: SizeSchedule | None = None   # size per epoch; augment.size is epoch 0's
+
+    def spec_at(self, epoch: int) -> AugmentSpec:
+        """The crop and flip of ``epoch``: ``augment`` at the schedule's size for that epoch."""
+        if self.size_schedule is None:
+            return self.augment
+        return replace(self.augment, size=self.size_schedule.at(epoch))
+
+    def at_largest_size(self) -> "LoaderConfig":
+        """This config at the largest size its schedule reaches, when the schedule can say
+        (``sizes()``, as ProgressiveSize has): what the memory check must allow for."""
+        sizes = self.size_schedule.known_sizes() if self.size_schedule is not None else None
+        if not sizes:
+            return self
+        return replace(self, augment=replace(self.augment, size=max(sizes, key=lambda s: s[0] * s[1])))
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the fields once, here
@@ -170,7 +211,20 @@ def augment_spec(augment: AugmentSpec | None, **loose) -> AugmentSpec:
     """``augment=AugmentSpec(...)``, or one built from the loose keywords (size, train, scale,
     ratio, crop_fraction, flip): one way or the other, not both."""
     named = {k: tuple(v) if k in ("scale", "ratio") else v for k, v in loose.items() if v is not UNSET}
+    schedule = schedule_of(named.get("size"))
+    if schedule is not None:  # a size schedule: the spec holds epoch 0's size (LoaderConfig.spec_at the others)
+        named["size"] = schedule.at(0)
     return _one_way("augment", AugmentSpec, augment, named)
+
+
+def transform_spec(transforms, batch_transforms) -> TransformSpec:
+    """``transforms=TransformSpec(...)``, or one from the two lists."""
+    if isinstance(transforms, TransformSpec):
+        if batch_transforms:
+            raise ValueError("transforms=TransformSpec(...) and batch_transforms= are both given: pass "
+                             "batch_transforms inside the TransformSpec")
+        return transforms
+    return TransformSpec(transforms, batch_transforms)
 
 
 def output_spec(output: OutputSpec | None, device=None, **loose) -> OutputSpec:
@@ -232,6 +286,6 @@ def distributed_position(rank, world_size) -> tuple[int, int]:
     return check_position(rank, world_size)
 
 
-__all__ = ["LoaderConfig", "OutputSpec", "UNSET", "augment_spec", "output_spec", "choose_order", "choose_threads",
-           "choose_pinning", "check_position", "distributed_position", "resolve_device", "usable_cores",
+__all__ = ["LoaderConfig", "OutputSpec", "TransformSpec", "UNSET", "augment_spec", "output_spec", "transform_spec",
+           "choose_order", "choose_threads", "choose_pinning", "check_position", "distributed_position", "resolve_device", "usable_cores",
            "default_device", "IMAGENET_MEAN", "IMAGENET_STD"]

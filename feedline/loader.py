@@ -17,13 +17,14 @@ import torch
 
 from .augment import AugmentSpec
 from .choices import Engine, Order
-from .config import (UNSET, LoaderConfig, OutputSpec, augment_spec, choose_order, choose_pinning, choose_threads,
-                     distributed_position, output_spec)
+from .config import (UNSET, LoaderConfig, OutputSpec, augment_spec, choose_order, choose_pinning,
+                     choose_threads, distributed_position, output_spec, transform_spec)
 from .decoders.base import Decoder
 from .memory import check_buffers_fit
 from .order import batch_count
 from .plan import EpochPlan
 from .selection import resolve_engine_and_decoder
+from .size_schedule import schedule_of
 from .sources import make_source
 from .stats import LoaderStats
 from .stores import Store, open_dataset
@@ -45,8 +46,7 @@ class Position:
 class FeedLoader:
     """Yields ``(images, labels)``: images N x 3 x H x W, normalized with ``mean``/``std``
     (uint8 when ``mean=None``), in ``dtype`` and channels_last memory, on ``device``;
-    labels int64 on ``device``. A store with other fields yields the one field's tensor or a
-    dict of them (boxes follow crop and flip, kept above ``min_box_visibility``; README "Targets").
+    labels int64 on ``device`` (a store with other fields: that field's tensor or a dict; README "Targets").
 
     ``source``: a packed .lmdb/.h5 file, shards, an image folder, or an open Store.
     ``engine``: "threads" (per-image decoders on CPU threads), "dali", "gpu" (nvImageCodec
@@ -59,7 +59,8 @@ class FeedLoader:
     decides the order when given; ``shuffle`` may then be left out or must agree with it.
     Order, crops and flips are pure functions of (seed, epoch, index): the same batches for
     any thread count or engine; ``state_dict()`` resumes mid-epoch exactly. One iteration
-    runs at a time: a new ``iter(loader)`` ends the previous one, which then raises.
+    runs at a time: a new ``iter(loader)`` ends the previous one, which then raises. See the
+    README for ``transforms``, ``batch_transforms``, ``size`` per epoch, ``min_box_visibility``.
     """
 
     def __init__(self, source: str | os.PathLike | Store, batch_size: int = 256, shuffle: bool | None = None,
@@ -73,14 +74,13 @@ class FeedLoader:
                  quasi_random: tuple[int, int] = (16, 256), even_shards: bool = True,
                  rank: int | None = None, world_size: int | None = None,
                  num_workers: int | None = None, pin_memory: bool | None = None,
-                 persistent_workers: bool | None = None, min_box_visibility: float = 0.25):
+                 persistent_workers: bool | None = None, min_box_visibility: float = 0.25,
+                 transforms=(), batch_transforms=()):
         del persistent_workers  # DataLoader's: needs nothing here, the buffers persist anyway
         self.store = open_source(source)
-        if len(self.store) == 0:
-            raise ValueError(f"{self.store.filename}: the data set is empty")
         rank, world_size = distributed_position(rank, world_size)
         output = output_spec(output, device, mean=mean, std=std, dtype=dtype, channels_last=channels_last)
-        augment = augment_spec(augment, size=size, train=train, scale=scale, ratio=ratio,
+        augment = augment_spec(augment, size=size, train=train, scale=scale, ratio=ratio,  # a schedule: epoch 0's
                                crop_fraction=crop_fraction, flip=flip)
         chosen = resolve_engine_and_decoder(engine, decoder, output.device, self.store)
         self.config = LoaderConfig(
@@ -88,10 +88,11 @@ class FeedLoader:
             num_threads=choose_threads(num_threads, num_workers), prefetch=prefetch, engine=chosen.engine,
             decoder=chosen.decoder_name, on_error=on_error, output=output, rank=rank, world_size=world_size,
             even_shards=even_shards, quasi_random=tuple(quasi_random), pin_memory=choose_pinning(pin_memory),
-            augment=augment, min_box_visibility=min_box_visibility)
+            augment=augment, min_box_visibility=min_box_visibility, size_schedule=schedule_of(size),
+            transforms=transform_spec(transforms, batch_transforms))
         if self.config.order is Order.QUASI_RANDOM:
             warn_if_class_sorted(self.store, self.config.quasi_random)
-        check_buffers_fit(self.config)
+        check_buffers_fit(self.config.at_largest_size())
         self.source = make_source(self.store, self.config, chosen.decoder)
         self.stats = LoaderStats()
         self._position, self._started = Position(), False  # _started: an iteration of this epoch has begun
@@ -129,8 +130,8 @@ class FeedLoader:
             self._position = Position(self._position.epoch + 1, 0)
         self._started = True
         c = self.config
-        epoch = EpochPlan(c.augment, c.seed, self._position.epoch, c.order, c.batch_size, c.drop_last,
-                          c.rank, c.world_size, c.even_shards, *c.quasi_random)
+        epoch = EpochPlan(c.spec_at(self._position.epoch), c.seed, self._position.epoch, c.order, c.batch_size,
+                          c.drop_last, c.rank, c.world_size, c.even_shards, *c.quasi_random)
         self.stats = LoaderStats()
         iterator = EpochIterator(self._deliver(epoch))
         # Held weakly: an iterator the caller drops is finalized at once, and closing it
@@ -219,12 +220,14 @@ class EpochIterator:
 
 
 def open_source(source) -> Store:
-    """The store FeedLoader reads; a TypeError that says what it takes for anything else."""
-    if isinstance(source, Store):
-        return source
+    """The store FeedLoader reads; a TypeError that says what it takes for anything else, a
+    ValueError for an empty one."""
     paths = isinstance(source, (list, tuple)) and source and all(isinstance(p, (str, os.PathLike)) for p in source)
-    if isinstance(source, (str, os.PathLike)) or paths:
-        return open_dataset(source)
+    if isinstance(source, (Store, str, os.PathLike)) or paths:
+        store = source if isinstance(source, Store) else open_dataset(source)
+        if len(store) == 0:
+            raise ValueError(f"{store.filename}: the data set is empty")
+        return store
     kind = type(source).__name__
     hint = (" (a map-style dataset, such as a torch Dataset, is not read directly)"
             if hasattr(source, "__getitem__") and hasattr(source, "__len__") else "")

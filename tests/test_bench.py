@@ -136,6 +136,22 @@ def test_loader_bench_quick(tiny_folder, tmp_path):
     assert "x columns: this row's img/s over that row's" in stdout
 
 
+def test_augment_bench_quick(tiny_folder, tmp_path):
+    """Every row runs, FeedLoader's recipe row included; the ratios are the printed quotients."""
+    out = tmp_path / "augment.json"
+    stdout = run_script("augment", str(tiny_folder), "--quick", "--batch-size", "4", "--seconds", "0.2",
+                        "--out", str(out))
+    payload = load(out, "augment")
+    rates = {r["name"]: r["img_s"] for r in payload["results"]}
+    assert set(rates) == {"dataloader", "dataloader+recipe", "feedloader", "feedloader+recipe", "ops:pil",
+                          "ops:feedline"}
+    assert all(positive_finite(v) for v in rates.values())
+    [check] = payload["targets"]
+    assert check["passed"] is None and payload["quick"] is True
+    assert_quotient(check["measured"], rates["feedloader+recipe"], rates["dataloader+recipe"])
+    assert "targets not judged" in stdout
+
+
 def test_pack_bench_quick(tmp_path):
     out = tmp_path / "pack.json"
     stdout = run_script("pack", "--quick", "--n", "6", "--out", str(out), "--cache-dir", str(tmp_path / "cache"))

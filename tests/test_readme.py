@@ -53,3 +53,13 @@ def test_the_python_block_runs_as_written(photo_folder, tmp_path, monkeypatch):
     exec(compile(runnable("python", "run where train.lmdb and val.h5 exist"), "README.md", "exec"), namespace)
     assert namespace["images"].shape == (32, 3, 224, 224)
     assert namespace["checkpoint"]["loader"]["epoch"] == 2
+
+
+def test_the_augmentation_block_runs_as_written(packed_lmdb, tmp_path, monkeypatch):
+    import shutil
+    shutil.copy(packed_lmdb, tmp_path / "train.lmdb")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(runnable("python", "run where train.lmdb exists (augmentations)"), "README.md", "exec"), namespace)
+    assert namespace["images"].shape == (16, 3, 128, 128)          # epoch 2: the end of the ramp
+    assert namespace["targets"].shape == (16, 4)

@@ -89,7 +89,7 @@ LAYERS = [
                      "feedline.stats", "feedline.config", "feedline.memory", "feedline.scan", "feedline.labels_csv",
                      "feedline.labels_jsonl", "feedline.labels_file", "feedline.targets", "feedline.boxes",
                      "feedline.target_stats", "feedline.fields",
-                     "feedline.sample", "feedline.flags", "feedline.unwritable"]),
+                     "feedline.sample", "feedline.flags", "feedline.unwritable", "feedline.size_schedule"]),
     ("stores and decoders", ["feedline.stores", "feedline.decoders", "feedline.selection"]),
     ("transforms", ["feedline.transforms"]),
     ("converters and tools", ["converters", "feedline.verify", "feedline.describe"]),

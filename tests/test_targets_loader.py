@@ -190,3 +190,14 @@ def test_the_epoch_bench_runs_and_reports_the_ratio(tmp_path):
 def test_min_box_visibility_outside_0_to_1_is_refused(packed, bad):
     with pytest.raises(ValueError, match=r"min_box_visibility must be a number in \[0, 1\]"):
         FeedLoader(packed["lmdb"], min_box_visibility=bad, **KW)
+
+
+@pytest.mark.parametrize("engine", ["threads", "dali"])
+def test_a_loader_on_boxes_refuses_a_geometric_transform_by_name(packed, engine):
+    """Given by name or as an object, to any engine: refused before an epoch starts."""
+    from feedline.transforms import TransformError
+    with pytest.raises(TransformError, match=r"transforms\[0\]: RandAugment shears"):
+        FeedLoader(packed["lmdb"], **{**KW, "decoder": "auto" if engine == "dali" else "pil"}, engine=engine,
+                   transforms=["RandAugment"])
+    with pytest.raises(TransformError, match=r"batch_transforms\[0\]: MixUp blends"):
+        FeedLoader(packed["lmdb"], **KW, transforms=["ColorJitter"], batch_transforms=["MixUp"])

@@ -189,3 +189,24 @@ def test_an_error_inside_a_hook_says_which_hook_and_sample():
         SampleTransforms([RandomGrayscale(0.5), broken]).apply(PHOTOS[0], 0, 0, 41)
     assert "in transforms[1] (test_an_error_inside_a_hook_says_which_hook_and_sample.<locals>.broken) " \
            "on sample 41" in info.value.__notes__
+
+
+def test_mixers_mix_the_label_entry_of_dict_targets_and_refuse_boxes():
+    import numpy as np
+    import pytest
+    import torch
+
+    from feedline.transforms import BatchTransforms, MixUp, TransformError
+    images = torch.rand(4, 3, 8, 8)
+    chain = BatchTransforms([MixUp(1.0)], num_classes=3)
+    labels = torch.tensor([0, 1, 2, 1])
+    _, plain = chain.apply(images, labels, 1, 0, np.arange(4))
+    _, mixed = chain.apply(images, {"label": labels, "path": ["a", "b", "c", "d"]}, 1, 0, np.arange(4))
+    assert torch.equal(mixed["label"], plain) and mixed["path"] == ["a", "b", "c", "d"]
+    multi = torch.tensor([[1, 0, 1], [0, 1, 0], [1, 1, 0], [0, 0, 1]], dtype=torch.uint8)
+    _, soft = chain.apply(images, {"labels": multi}, 1, 0, np.arange(4))
+    assert soft["labels"].dtype == torch.float32 and soft["labels"].shape == (4, 3)
+    with pytest.raises(TransformError, match=r"batch_transforms\[0\] \(MixUp\): the targets have boxes"):
+        chain.apply(images, {"label": labels, "boxes": [None] * 4}, 1, 0, np.arange(4))
+    with pytest.raises(TransformError, match="needs a 'label'"):
+        chain.apply(images, {"path": ["a"] * 4}, 1, 0, np.arange(4))

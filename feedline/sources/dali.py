@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 import numpy as np
@@ -19,6 +19,7 @@ from .dali_graph import build_pipeline, dali_reason, import_dali, to_torch
 from .known_bad import KnownBad
 from .policy import BadRecordPolicy
 from .target_batches import target_spec, to_device
+from .transforming import transforming
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class DaliBatches:
         self._inflight: deque[_Fed] = deque()     # fed to DALI, outputs not yet taken; oldest first
         self._stopping = False
         self._targets = target_spec(store, config)   # None: the label alone, as always
+        self._transforming, self._made = transforming(store, config), None   # _made: what the pipeline makes
 
     # -- feeding -------------------------------------------------------------------------
 
@@ -106,6 +108,9 @@ class DaliBatches:
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self._policy = BadRecordPolicy(self.store, self.config.on_error, epoch, stats.ledger)
+        if self._made is None or epoch.spec.size != self._made.augment.size:  # a size schedule moved
+            self._discard()
+            self._made = pipeline_config(self.config, epoch.spec.size, pixels=self._transforming is not None)
         self._plans = epoch.batches(self.store.labels, self.store.sizes, start)
         self._stopping = False
         self._refeed.clear()
@@ -123,13 +128,10 @@ class DaliBatches:
                     pipe = self._recover(exc)
                     continue
                 fed = self._inflight.popleft()
-                images = to_torch(self._dali, outputs[0], self.config, self._stream())
+                images = to_torch(self._dali, outputs[0], self._made, self._stream())
                 pipe.release_outputs()
-                labels = torch.from_numpy(fed.labels.astype(np.int64))
-                if self._targets is not None:   # of the records decoded: a substitute brings its own
-                    made = self._targets.batch(fed.indices, epoch, self.store.sizes)
-                    labels = self._targets.deliver(made, len(fed.indices))
-                labels = to_device(labels, torch.device(self.config.output.device))
+                images, labels = finish_batch(images, fed, epoch, self.store, self.config, self._targets,
+                                              self._transforming)
                 pipe.schedule_run()  # DALI works on the next batch while the consumer trains
                 yield images, labels
             pipe.reset()
@@ -142,7 +144,7 @@ class DaliBatches:
 
     def _pipeline(self):
         if self._pipe is None:
-            self._pipe = build_pipeline(self._dali, self.config, self._next_inputs)
+            self._pipe = build_pipeline(self._dali, self._made, self._next_inputs)
         return self._pipe
 
     def _discard(self) -> None:
@@ -178,3 +180,25 @@ class DaliBatches:
 
     def close(self) -> None:
         self._discard()
+
+
+def pipeline_config(config: LoaderConfig, size: tuple[int, int], pixels: bool) -> LoaderConfig:
+    """What the pipeline makes: ``size`` (a size schedule's, this epoch); uint8 pixels when
+    transforms follow it (they take pixels, then normalize as every engine does)."""
+    c = replace(config, augment=replace(config.augment, size=size))
+    if pixels:
+        c = replace(c, output=replace(c.output, mean=None, dtype=None, channels_last=True))
+    return c
+
+
+def finish_batch(images: torch.Tensor, fed: _Fed, epoch: EpochPlan, store, config: LoaderConfig, targets,
+                 transforming):
+    """DALI's images of ``fed`` with their targets (those of the records decoded: a substitute
+    brings its own) on the output device, through the transforms every engine applies."""
+    labels = torch.from_numpy(fed.labels.astype(np.int64))
+    if targets is not None:
+        labels = targets.deliver(targets.batch(fed.indices, epoch, store.sizes), len(fed.indices))
+    labels = to_device(labels, torch.device(config.output.device))
+    if transforming is not None:  # DALI gave uint8 pixels
+        images, labels = transforming.finish_pixels(images, labels, fed.plan, config.output)
+    return images, labels

@@ -20,8 +20,9 @@ class Feed:
     """Keeps every free slot of ``ring`` planned and submitted to ``queue``. Not thread-safe:
     one consumer calls it."""
 
-    def __init__(self, queue: DecodeQueue, plans: Iterator[BatchPlan], ring):
+    def __init__(self, queue: DecodeQueue, plans: Iterator[BatchPlan], ring, draw=None):
         self._queue, self._plans, self._ring = queue, plans, ring
+        self._draw = draw   # plan -> the per-sample transforms' parameters (transforming.py), or None
         self._free = collections.deque(range(ring.slots))
         self._ended = False
 
@@ -39,6 +40,8 @@ class Feed:
                 return
             target.labels[:len(plan)] = plan.labels
             plan_targets(target, plan)   # targets beyond the label: none for a label-only store
+            if self._draw is not None:  # transforms: drawn here, once per batch, applied by the workers
+                target.drawn = self._draw(plan)
             self._queue.submit(plan, target, self._free.popleft())
 
     def next_filled(self, block: bool = True) -> Job | None:

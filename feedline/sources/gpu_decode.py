@@ -28,6 +28,7 @@ from .background import ahead
 from .normalization import layout_of, normalize_batch
 from .policy import BadRecordPolicy
 from .target_batches import each_tensor, target_spec, to_device
+from .transforming import transforming
 
 
 class GpuDecodeBatches:
@@ -60,6 +61,7 @@ class GpuDecodeBatches:
         self._grid = GridSplice(nv, self.device) if is_grid_store(store) else None
         self._cpu = GridSplice.checked(self._cpu) if self._grid else self._cpu
         # -- end grid splice
+        self._transforming = transforming(store, config)
 
     # -- one batch, on the producer thread --------------------------------------------
 
@@ -117,7 +119,7 @@ class GpuDecodeBatches:
         images = self._decode(samples)
         stats.add(read_s=t1 - t0, decode_s=time.perf_counter() - t1)  # decode: enqueue and host-side time
         c = self.config
-        h, w = c.augment.size
+        h, w = epoch.spec.size
         with torch.cuda.stream(self._stream):
             batch = torch.empty((len(samples), 3, h, w), dtype=torch.float32, device=self.device,
                                 memory_format=layout_of(c.output))
@@ -135,10 +137,14 @@ class GpuDecodeBatches:
                 resized = F.interpolate(crop, size=(h, w), mode="bilinear", antialias=True, align_corners=False)
                 batch[k] = resized[0].flip(-1) if flip else resized[0]
                 labels[k] = label
-            batch = normalize_batch(batch.clamp_(0, 255), c.output)
             if self._targets is not None:   # each record's own targets, through its own crop and flip
                 labels = self._targets.deliver(self._targets.batch(decoded, epoch, self.store.sizes), len(decoded))
             labels = to_device(labels, self.device)
+            if self._transforming is None:
+                batch = normalize_batch(batch.clamp_(0, 255), c.output)
+            else:  # the transforms take the uint8 pixels every engine makes
+                pixels = batch.round_().clamp_(0, 255).to(torch.uint8)
+                batch, labels = self._transforming.finish_pixels(pixels, labels, plan, c.output)
             ready = torch.cuda.Event()
             ready.record(self._stream)
         return batch, labels, ready, images  # images: kept alive until the next decode call

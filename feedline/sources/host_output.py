@@ -92,7 +92,11 @@ class HostBuffers:
 
 
 class HostTarget:
-    """A slot as the decode threads see it: where sample j is decoded, and its row."""
+    """A slot as the decode threads see it: where sample j is decoded, and its row. With
+    per-sample transforms (``drawn``, set by the Feed) a sample is decoded into scratch,
+    transformed there as uint8, then normalized into its row."""
+
+    drawn = None
 
     def __init__(self, buffers: HostBuffers, ring: "OutputRing"):
         self.images, self.labels = buffers.images, buffers.labels_np
@@ -102,7 +106,7 @@ class HostTarget:
     def decode_buffer(self, j: int) -> np.ndarray:
         """uint8 H x W x 3: the row itself when the output is its pixels, else this thread's scratch."""
         normalizer = self._ring.normalizer
-        if normalizer.in_place:
+        if normalizer.in_place and self.drawn is None:
             return normalizer.row_pixels(self.images[j])
         local = self._ring.scratch
         if getattr(local, "pixels", None) is None:
@@ -110,8 +114,11 @@ class HostTarget:
         return local.pixels
 
     def write(self, j: int, decoded: np.ndarray) -> None:
-        if not self._ring.normalizer.in_place:
-            self._ring.normalizer(decoded, self.images[j])
+        if self.drawn is not None:
+            decoded = self.drawn.apply(j, decoded)
+        elif self._ring.normalizer.in_place:
+            return
+        self._ring.normalizer(decoded, self.images[j])
 
 
 class OutputRing:
@@ -119,7 +126,7 @@ class OutputRing:
 
     def __init__(self, slots: int, batch_size: int, size: tuple[int, int], output: OutputSpec,
                  pin: bool = False):
-        self.slots = slots
+        self.slots, self.size = slots, tuple(size)
         self.normalizer = HostNormalizer(output)
         self.scratch = threading.local()   # each decode thread's sample, while it is normalized
         self.fresh = 0                     # slots given new tensors because the old ones were held
@@ -136,10 +143,11 @@ class OutputRing:
         return HostTarget(buffers, self)
 
 
-def lend(feed) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def lend(feed, finish=None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The filled batches of ``feed`` (a Feed over an OutputRing), in order, as views of the
-    ring's tensors. A slot goes back to the feed when the consumer asks for the batch after
-    next: by then it has let go of it, unless it keeps it (the ring then sees that)."""
+    ring's tensors (through ``finish(images, targets, plan)``, the batch transforms, if given).
+    A slot goes back to the feed when the consumer asks for the batch after next: by then it
+    has let go of it, unless it keeps it (the ring then sees that)."""
     lent = collections.deque()   # slots of the batch the consumer holds and the one before it
     while True:
         if len(lent) == 2:
@@ -149,4 +157,5 @@ def lend(feed) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             return
         lent.append(job.slot)
         n = len(job.plan)
-        yield job.target.images[:n], batch_targets(job.target, job.target.labels_tensor[:n], n)
+        images, targets = job.target.images[:n], batch_targets(job.target, job.target.labels_tensor[:n], n)
+        yield (images, targets) if finish is None else finish(images, targets, job.plan)

@@ -43,12 +43,13 @@ class Pending:
 class CudaPrefetcher:
     """Copy and normalize on a side stream; the consumer's stream waits on an event."""
 
-    def __init__(self, output: OutputSpec):
+    def __init__(self, output: OutputSpec, transforming=None):
         self.output = output
+        self.transforming = transforming   # transforming.Transforming: its device part and batch part run here
         self.device = torch.device(output.device)
         self.stream = torch.cuda.Stream(device=self.device)
 
-    def submit(self, images: torch.Tensor, labels: torch.Tensor, slot: int) -> Pending:
+    def submit(self, images: torch.Tensor, labels: torch.Tensor, slot: int, plan=None) -> Pending:
         # No wait on the consumer's stream: that would serialize this copy behind the step
         # it is meant to overlap. Memory the consumer still uses is guarded by
         # record_stream in finish(), the pinned slot by the `copied` event.
@@ -57,7 +58,13 @@ class CudaPrefetcher:
             labels_gpu = to_device(labels, self.device)   # the int64 labels, or the targets' tensors
             copied = torch.cuda.Event()
             copied.record(self.stream)
-            out = normalize_batch(images_gpu.permute(0, 3, 1, 2), self.output)  # NHWC memory seen as NCHW
+            pixels = images_gpu.permute(0, 3, 1, 2)  # NHWC memory seen as NCHW
+            t = self.transforming
+            if t is not None:  # built-ins batched on uint8 before normalizing (same parameters as the host's)
+                pixels = t.on_device(pixels, plan)
+            out = normalize_batch(pixels, self.output)
+            if t is not None:
+                out, labels_gpu = t.on_batch(out, labels_gpu, plan)
             ready = torch.cuda.Event()
             ready.record(self.stream)
         return Pending(out, labels_gpu, slot, copied, ready)
@@ -79,7 +86,7 @@ class CudaPrefetcher:
             n = len(batch.plan)
             t0 = time.perf_counter()
             targets = batch_targets(batch.target, ring.labels[batch.slot, :n], n)
-            pending = self.submit(ring.images[batch.slot, :n], targets, batch.slot)
+            pending = self.submit(ring.images[batch.slot, :n], targets, batch.slot, batch.plan)
             stats.add(copy_s=time.perf_counter() - t0)  # enqueue time: the copy itself is asynchronous
             copying.append(pending)
             inflight.append(pending)

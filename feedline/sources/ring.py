@@ -11,7 +11,10 @@ import torch
 
 
 class StagingTarget:
-    """Slot ``slot`` of a StagingRing as the decode threads see it: they decode into it."""
+    """Slot ``slot`` of a StagingRing as the decode threads see it: they decode into it (and
+    run the host part of the per-sample transforms there, ``drawn``, set by the Feed)."""
+
+    drawn = None
 
     def __init__(self, images: np.ndarray, labels: np.ndarray):
         self._images = images
@@ -21,7 +24,11 @@ class StagingTarget:
         return self._images[j]
 
     def write(self, j: int, decoded: np.ndarray) -> None:
-        """Nothing to do: the sample was decoded in place; the GPU normalizes the batch."""
+        """The sample was decoded in place; the GPU normalizes the batch."""
+        if self.drawn is not None:
+            out = self.drawn.apply(j, decoded)
+            if out is not decoded:
+                np.copyto(decoded, out)
 
 
 class StagingRing:
@@ -32,7 +39,7 @@ class StagingRing:
         # numpy views of the same memory, for the decoders (no copies, no per-sample tensors).
         self.images_np = self.images.numpy()
         self.labels_np = self.labels.numpy()
-        self.slots = slots
+        self.slots, self.size = slots, (h, w)
 
     def target(self, slot: int) -> StagingTarget:
         return StagingTarget(self.images_np[slot], self.labels_np[slot])

@@ -23,36 +23,48 @@ from .readahead import read_ahead
 from .ring import StagingRing
 from .target_batches import target_spec
 from .targets_buffers import TargetedRing
+from .transforming import transforming
 
 
 class ThreadBatches:
     """A BatchSource of per-image decoders on ``config.num_threads`` threads.
 
     Shapes are known before the first epoch, so the ring has ``prefetch + 2`` slots from
-    the start: memory stays flat however many epochs run. On the host the slots are the
-    batches the consumer receives (host_output.py says what happens to a batch it keeps);
+    the start: memory stays flat however many epochs run (with a size schedule the ring is
+    reallocated when an epoch's size differs from the last one's, the old one freed first).
+    On the host the slots are the batches the consumer receives (host_output.py says what
+    happens to a batch it keeps);
     for a CUDA device they are pinned uint8 buffers the prefetcher copies from. One ``run``
     at a time; its threads are joined when its iterator is closed or exhausted.
     """
 
     def __init__(self, store, config: LoaderConfig, decoder: Decoder):
         self.store, self.config, self.decoder = store, config, decoder
-        slots, n, size = config.prefetch + 2, config.batch_size, config.augment.size
+        self.transforming = transforming(store, config)
+        self.finisher = None
         if config.output.on_cuda:
             from .prefetcher import CudaPrefetcher
-            self.ring = StagingRing(slots, n, size, pin=True)
-            self.finisher = CudaPrefetcher(config.output)
-        else:
-            self.ring = OutputRing(slots, n, size, config.output, pin=config.pin_memory)
-            self.finisher = None
+            self.finisher = CudaPrefetcher(config.output, self.transforming)
         self.targets = target_spec(store, config)   # targets beyond the label live in the slots too
+        self.ring = self._ring(config.augment.size)
+
+    def _ring(self, size: tuple[int, int]):
+        c, slots = self.config, self.config.prefetch + 2
+        if c.output.on_cuda:
+            ring = StagingRing(slots, c.batch_size, size, pin=True)
+        else:
+            ring = OutputRing(slots, c.batch_size, size, c.output, pin=c.pin_memory)
         if self.targets is not None:
-            on_cuda = config.output.on_cuda
-            self.ring = TargetedRing(self.ring, self.targets, pin=on_cuda or config.pin_memory,
-                                     check_held=not on_cuda)
+            ring = TargetedRing(ring, self.targets, pin=c.output.on_cuda or c.pin_memory,
+                                check_held=not c.output.on_cuda)
+        return ring
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         c, store = self.config, self.store
+        if self.ring.size != epoch.spec.size:  # a size schedule moved: the old ring goes first
+            self.ring = None
+            self.ring = self._ring(epoch.spec.size)
+        t = self.transforming
         samples = epoch.samples(len(store))   # the epoch's order, computed once: for the plans and the read-ahead
         plans = epoch.batches(store.labels, store.sizes, start, samples=samples)
         policy = BadRecordPolicy(store, c.on_error, epoch, stats.ledger)
@@ -61,9 +73,9 @@ class ThreadBatches:
         # The read-ahead hints the store about the runs read next: speed, never data.
         with read_ahead(store, epoch, start, samples) as ahead, \
                 DecodeQueue(store, self.decoder, policy, c.num_threads, stats) as queue:  # joined on break or error
-            feed = Feed(queue, ahead.follow(plans), self.ring)
+            feed = Feed(queue, ahead.follow(plans), self.ring, t.drawn if t is not None and t.per_sample else None)
             if self.finisher is None:
-                yield from lend(feed)
+                yield from lend(feed, t.on_batch if t is not None and t.batch.steps else None)
             else:
                 yield from self.finisher.deliver(feed, self.ring, stats)
 

@@ -13,12 +13,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..choices import Choice, Engine, OnError, Order
-from ..errors import FeedlineError
 from .choices import Amp, Arch, RegressionLoss, parse_device
-
-
-class TrainError(FeedlineError):
-    """A trainer option or input the user can fix: bad flag values, unusable data, checkpoints."""
+from .errors import TrainError
+from .recipe_options import RecipeOptions
 
 
 def option(default, help: str, group: str | None = None, **cli):
@@ -33,7 +30,7 @@ MODEL, DATA, SPEED, RUN, CHECK = ("model and schedule", "data", "speed", "report
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(RecipeOptions):
     """Options of one training run. Batch size is per rank and per micro-step: the optimizer
     sees ``batch_size * accum_steps * world_size`` images per step."""
 
@@ -119,6 +116,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         self._parse_choices()
         self._check_numbers()
+        self._check_recipe()
         check_paths(self)
 
     def _parse_choices(self) -> None:
@@ -156,8 +154,6 @@ class TrainConfig:
             raise TrainError(f"--lr must be positive, got {self.lr}")
         if not self.timeout > 0:
             raise TrainError(f"--timeout must be a positive number of seconds, got {self.timeout}")
-        if not 0 <= self.label_smoothing < 1:
-            raise TrainError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.synthetic and self.synthetic_steps < 1:
             raise TrainError("--synthetic needs --synthetic-steps of at least 1")
 

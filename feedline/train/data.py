@@ -10,6 +10,7 @@ from ..loader import FeedLoader
 from ..stores import Store, open_dataset
 from .config import TrainConfig, TrainError
 from .distributed import DistInfo
+from .recipe import loader_options
 
 
 @dataclass
@@ -66,13 +67,16 @@ def _check_val(val: Store, train: Store, num_classes: int, cfg: TrainConfig, wor
                          f"{num_classes} classes of TRAIN; pack both with the same classes")
 
 
-def make_loader(store: Store, cfg: TrainConfig, info: DistInfo, dtype: torch.dtype, train: bool):
+def make_loader(store: Store, cfg: TrainConfig, info: DistInfo, dtype: torch.dtype, train: bool,
+                num_classes: int | None = None):
     """A FeedLoader for this rank. Training: in --order, augmented, dropping the last partial
     batch (every step the same shape), every rank the same number of batches (DDP steps in
     lockstep). Validation: in order, center-cropped, each image exactly once over all ranks
-    (``even_shards=False``: no padding duplicates, ranks may differ by one batch)."""
+    (``even_shards=False``: no padding duplicates, ranks may differ by one batch). The recipe
+    (augmentations, mixing, size schedule, --eval-size): recipe.py."""
     try:
-        return FeedLoader(store, batch_size=cfg.batch_size, shuffle=train, train=train, size=cfg.size,
+        return FeedLoader(store, batch_size=cfg.batch_size, shuffle=train, train=train,
+                          **loader_options(cfg, train, num_classes),
                           engine=cfg.engine, decoder=cfg.decoder, num_threads=cfg.threads, device=str(info.device),
                           dtype=dtype, channels_last=cfg.channels_last, drop_last=train, seed=cfg.seed,
                           on_error=cfg.on_error, order=cfg.order if train else None,

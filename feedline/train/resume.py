@@ -24,7 +24,8 @@ from .step import StepRunner
 # order or the meaning of a step would differ. The value: what a checkpoint written before
 # the option existed meant.
 _SAME = {"arch": None, "batch_size": None, "accum_steps": None, "seed": None, "epochs": None,
-         "order": "random"}
+         "order": "random", "aa": None, "color_jitter": 0.0, "reprob": 0.0, "mixup": 0.0, "cutmix": 0.0,
+         "mixup_prob": 1.0, "mixup_switch_prob": 0.5, "size_start": None, "size_ramp_epochs": 0}
 
 
 class Checkpoints:

@@ -86,7 +86,8 @@ class Trainer:
     def _run(self) -> TrainResult:
         cfg, info, result = self.cfg, self.info, self.result
         self._warn_about_options()
-        self.train_loader = make_loader(self.data.train, cfg, info, self.input_dtype, train=True)
+        self.train_loader = make_loader(self.data.train, cfg, info, self.input_dtype, train=True,
+                                        num_classes=self.data.num_classes)
         if self.data.val is not None:
             self.val_loader = make_loader(self.data.val, cfg, info, self.input_dtype, train=False)
         steps_per_epoch = math.ceil(len(self.train_loader) / cfg.accum_steps)

@@ -27,6 +27,12 @@ def cut_boxes(lam: np.ndarray, cy: np.ndarray, cx: np.ndarray, height: int, widt
     return np.stack([y0, y1, x0, x1], 1), 1.0 - (y1 - y0) * (x1 - x0) / float(height * width)
 
 
+def check_label_range(labels: np.ndarray, num_classes: int, owner: str) -> None:
+    if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+        raise ValueError(f"{owner}: a label is outside 0..{num_classes - 1} (num_classes="
+                         f"{num_classes}): {int(labels.min())}..{int(labels.max())}")
+
+
 def soft_targets(targets: torch.Tensor, num_classes: int | None, smoothing: float,
                  owner: str) -> torch.Tensor:
     """Int labels (N,) -> smoothed one-hot (N, C); probability vectors pass unchanged."""
@@ -38,12 +44,29 @@ def soft_targets(targets: torch.Tensor, num_classes: int | None, smoothing: floa
     if targets.dim() != 1 or targets.is_floating_point():
         raise ValueError(f"{owner}: targets must be int labels (N,) or probabilities (N, C), "
                          f"got {tuple(targets.shape)} {targets.dtype}")
-    if len(targets) and (int(targets.min()) < 0 or int(targets.max()) >= num_classes):
-        raise ValueError(f"{owner}: a label is outside 0..{num_classes - 1} (num_classes="
-                         f"{num_classes}): {int(targets.min())}..{int(targets.max())}")
+    if targets.device.type == "cpu":  # on a device, reading the range back would wait for the stream
+        check_label_range(targets.numpy(), num_classes, owner)
     off = smoothing / num_classes
     out = torch.full((len(targets), num_classes), off, dtype=torch.float32, device=targets.device)
     return out.scatter_(1, targets.long()[:, None], 1.0 - smoothing + off)
+
+
+def mix_pairs(x: torch.Tensor, lam, cutting, boxes) -> None:
+    """In place: each sample i with its partner j = n - 1 - i, one pair at a time, holding one
+    sample's copy (i's original, for j); a cut sample takes the partner's pixels in its box,
+    the others blend lam * x + (1 - lam) * partner. The middle sample of an odd batch is its
+    own partner: unchanged."""
+    n = x.shape[0]
+    original = torch.empty_like(x[0]) if n > 1 else None
+    for i in range(n // 2):
+        j = n - 1 - i
+        original.copy_(x[i])
+        for k, partner in ((i, x[j]), (j, original)):
+            if cutting[k]:
+                y0, y1, x0, x1 = (int(v) for v in boxes[k])
+                x[k, :, y0:y1, x0:x1] = partner[:, y0:y1, x0:x1]
+            else:
+                x[k].lerp_(partner, 1.0 - float(lam[k]))
 
 
 class Mixup:
@@ -97,25 +120,15 @@ class Mixup:
         return params
 
     def apply(self, images: torch.Tensor, targets: torch.Tensor, params: dict):
-        """Mixed images (same dtype) and mixed probability targets (N, C) float32."""
+        """Mixed images (same dtype) and mixed probability targets (N, C) float32. Float images
+        are mixed in place, as timm does (the loader's batch: no second batch in memory)."""
         owner = f"{type(self).__name__}(batch_transforms)"
         soft = soft_targets(targets.to(images.device), self.num_classes, self.label_smoothing, owner)
-        n, _, height, width = images.shape
-        dev = images.device
-        x = images.float()
-        partner = x.flip(0)
-        lam = torch.as_tensor(params["lam"], dtype=torch.float32, device=dev)
-        b = torch.as_tensor(params["boxes"], device=dev)
-        ys = torch.arange(height, device=dev).reshape(1, -1, 1)
-        xs = torch.arange(width, device=dev).reshape(1, 1, -1)
-        inside = ((ys >= b[:, 0, None, None]) & (ys < b[:, 1, None, None]) &
-                  (xs >= b[:, 2, None, None]) & (xs < b[:, 3, None, None]))
-        cutting = torch.as_tensor(params["cutmix"], device=dev).reshape(-1, 1, 1, 1)
-        blended = x * lam.reshape(-1, 1, 1, 1) + partner * (1 - lam).reshape(-1, 1, 1, 1)
-        mixed = torch.where(cutting & inside[:, None], partner, torch.where(cutting, x, blended))
+        mixed = images.float()
+        mix_pairs(mixed, params["lam"], params["cutmix"], params["boxes"])
         if not images.is_floating_point():
             mixed = mixed.round_().clamp_(0, 255)
-        lam_t = lam.reshape(-1, 1)
+        lam_t = torch.as_tensor(params["lam"], dtype=torch.float32, device=images.device).reshape(-1, 1)
         return mixed.to(images.dtype), soft * lam_t + soft.flip(0) * (1 - lam_t)
 
     def __call__(self, images, targets, *, seed: int, epoch: int, indices):

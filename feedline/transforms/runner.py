@@ -28,7 +28,7 @@ from .base import Params, SampleOp, TransformError, row
 from .blur import GaussianBlur
 from .erasing import RandomErasing
 from .jitter import ColorJitter, RandomGrayscale
-from .mix import CutMix, Mixup, MixUp
+from .mix import CutMix, Mixup, MixUp, check_label_range
 from .streams import generator, stream_of
 
 SAMPLE_OPS = {c.__name__: c for c in (RandAugment, TrivialAugmentWide, ColorJitter, RandomGrayscale,
@@ -157,12 +157,12 @@ class BatchTransforms:
                 step = _bound(step, num_classes, seen)
             self.steps.append(step)
 
-    def apply(self, images: torch.Tensor, targets: torch.Tensor, seed: int, epoch: int,
-              indices) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch of samples ``indices`` through every batch transform, in order."""
+    def apply(self, images: torch.Tensor, targets, seed: int, epoch: int, indices) -> tuple[torch.Tensor, object]:
+        """The batch of samples ``indices`` through every batch transform, in order. Targets:
+        a tensor, or a dict whose 'label' or 'labels' entry a mixer mixes."""
         for pos, step in enumerate(self.steps):
             if isinstance(step, Mixup):
-                images, targets = step(images, targets, seed=seed, epoch=epoch, indices=indices)
+                images, targets = self._mix(step, pos, images, targets, seed, epoch, indices)
                 continue
             out = step(images, targets)
             if (not isinstance(out, tuple) or len(out) != 2 or not isinstance(out[0], torch.Tensor)
@@ -172,6 +172,31 @@ class BatchTransforms:
                                      f"got {type(out).__name__}")
             images, targets = out
         return images, targets
+
+    def check_labels(self, labels: np.ndarray) -> None:
+        """The mixers' label range checked on the host, for a batch whose labels are on a device."""
+        for pos, step in enumerate(self.steps):
+            if isinstance(step, Mixup) and step.num_classes is not None and labels.ndim == 1:
+                check_label_range(labels, step.num_classes, f"{_name(step)}({self.argument}[{pos}])")
+
+    def _mix(self, step: Mixup, pos: int, images, targets, seed: int, epoch: int, indices):
+        where = f"{self.argument}[{pos}] ({_name(step)})"
+        if not isinstance(targets, dict):
+            return step(images, _mixable(targets), seed=seed, epoch=epoch, indices=indices)
+        if "boxes" in targets:
+            raise TransformError(f"{where}: the targets have boxes, which a mixed image cannot keep; "
+                                 f"drop the mixer, or the boxes field")
+        key = next((k for k in ("label", "labels") if k in targets), None)
+        if key is None:
+            raise TransformError(f"{where}: mixing needs a 'label' (int) or 'labels' (multi-hot) target; "
+                                 f"the targets have {', '.join(map(repr, targets))}")
+        images, mixed = step(images, _mixable(targets[key]), seed=seed, epoch=epoch, indices=indices)
+        return images, {**targets, key: mixed}
+
+
+def _mixable(targets: torch.Tensor) -> torch.Tensor:
+    """Multi-hot targets (N, C) of any dtype as probabilities a mixer blends; int labels as they are."""
+    return targets.float() if targets.dim() == 2 and not targets.is_floating_point() else targets
 
 
 def _bound(mixer: Mixup, num_classes: int | None, seen: dict) -> Mixup:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from .autoaugment import RandAugment, TrivialAugmentWide
 from .base import TransformError
 from .mix import Mixup
+from .runner import BATCH_OPS, SAMPLE_OPS
 
 GEOMETRIC = (RandAugment, TrivialAugmentWide)   # their op sets include ShearX/Y, TranslateX/Y, Rotate
 
@@ -19,15 +20,16 @@ def check_transforms_for_targets(fields, transforms=(), batch_transforms=()) -> 
         return
     for where, listed in (("transforms", transforms), ("batch_transforms", batch_transforms)):
         for k, t in enumerate(_listed(listed)):
-            if isinstance(t, GEOMETRIC):
+            kind = (SAMPLE_OPS.get(t) or BATCH_OPS.get(t) or str) if isinstance(t, str) else type(t)  # a name too
+            if issubclass(kind, GEOMETRIC):
                 raise TransformError(
-                    f"{where}[{k}]: {type(t).__name__} shears, translates and rotates the pixels, and the "
+                    f"{where}[{k}]: {kind.__name__} shears, translates and rotates the pixels, and the "
                     f"store's boxes do not follow those ops (only the crop, resize and flip): leave it out "
                     f"for a store with boxes, or use photometric transforms (ColorJitter, GaussianBlur, "
                     f"RandomErasing)")
-            if isinstance(t, Mixup):
+            if issubclass(kind, Mixup):
                 raise TransformError(
-                    f"{where}[{k}]: {type(t).__name__} blends or pastes another sample into each image, and "
+                    f"{where}[{k}]: {kind.__name__} blends or pastes another sample into each image, and "
                     f"the store's boxes cannot follow it: leave it out for a store with boxes")
 
 

@@ -1,0 +1,105 @@
+"""The trainer's recipe flags (timm's names): parsing, the FeedLoader arguments they make,
+the soft-target loss, and one short CPU run with the whole recipe on."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_train_helpers import FAST, events, one_line_error, pack, run, summary, two_class_folder
+
+from feedline.size_schedule import ProgressiveSize
+from feedline.train.config import TrainConfig
+from feedline.train.recipe import RecipeLoss, loader_options
+from feedline.train.recipe_options import parse_aa
+from feedline.transforms import ColorJitter, Mixup, RandAugment, RandomErasing, TrivialAugmentWide
+
+RECIPE = ["--aa", "rand-m9-n2", "--color-jitter", "0.3", "--reprob", "0.25", "--mixup", "0.8", "--cutmix", "1.0",
+          "--mixup-switch-prob", "0.5", "--label-smoothing", "0.1"]
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_globals():
+    rng = torch.get_rng_state()
+    yield
+    torch.set_rng_state(rng)
+
+
+@pytest.mark.parametrize("value, parsed", [("rand-m9-n2", ("rand", 2, 9)), ("rand-m7", ("rand", 2, 7)),
+                                           ("rand-n3-m5", ("rand", 3, 5)), ("trivial", ("trivial", 0, 0)),
+                                           ("none", None), (None, None)])
+def test_aa_spellings(value, parsed):
+    assert parse_aa(value) == parsed
+
+
+def test_the_flags_make_the_loader_arguments():
+    cfg = TrainConfig(synthetic=True, aa="rand-m9-n2", color_jitter=0.3, reprob=0.25, mixup=0.8, cutmix=1.0,
+                      mixup_prob=0.9, mixup_switch_prob=0.4, label_smoothing=0.1, size=64, size_start=32,
+                      size_ramp_epochs=4, eval_size=96)
+    train = loader_options(cfg, True, 10)
+    ra, jitter, erase = train["transforms"]
+    assert isinstance(ra, RandAugment) and (ra.num_ops, ra.magnitude) == (2, 9)
+    assert isinstance(jitter, ColorJitter) and isinstance(erase, RandomErasing) and erase.p == 0.25
+    (mix,) = train["batch_transforms"]
+    assert isinstance(mix, Mixup)
+    assert (mix.mixup_alpha, mix.cutmix_alpha, mix.prob, mix.switch_prob) == (0.8, 1.0, 0.9, 0.4)
+    assert (mix.label_smoothing, mix.num_classes) == (0.1, 10)
+    assert isinstance(train["size"], ProgressiveSize) and [train["size"].size(e) for e in (0, 4)] == [32, 64]
+    assert loader_options(cfg, False, 10) == {"size": 96}
+    plain = loader_options(TrainConfig(synthetic=True, aa="trivial"), True, 10)
+    assert isinstance(plain["transforms"][0], TrivialAugmentWide) and plain["batch_transforms"] == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--aa", "rand-m9-mstd0.5"], "--aa 'rand-m9-mstd0.5': expected 'rand-mM-nN'"),
+    (["--reprob", "1.5"], r"--reprob is a probability: it must be in \[0, 1\], got 1.5"),
+    (["--mixup", "-1"], "--mixup must not be negative"),
+    (["--size-start", "32"], "--size-start needs --size-ramp-epochs"),
+])
+def test_bad_recipe_flags_are_one_line(tmp_path, capsys, argv, message):
+    line = one_line_error(capsys, ["--synthetic", *argv, "--out", tmp_path])
+    assert pytest.importorskip("re").search(message, line), line
+
+
+def test_soft_target_loss_is_timms_and_hard_labels_keep_smoothing():
+    logits = torch.randn(4, 5)
+    soft = torch.softmax(torch.randn(4, 5), 1)
+    loss = RecipeLoss(0.1)
+    assert torch.allclose(loss(logits, soft), (-soft * F.log_softmax(logits, 1)).sum(1).mean())
+    labels = torch.tensor([0, 1, 2, 3])
+    assert torch.allclose(loss(logits, labels), F.cross_entropy(logits, labels, label_smoothing=0.1))
+
+
+def test_a_short_cpu_run_with_the_recipe(tmp_path):
+    train = pack(two_class_folder(tmp_path / "src", 48, seed=1), tmp_path / "train.lmdb")
+    val = pack(two_class_folder(tmp_path / "val_src", 8, seed=2), tmp_path / "val.h5")
+    out = tmp_path / "run"
+    rc = run([train, "--val", val, *FAST, *RECIPE, "--size", "40", "--size-start", "24", "--size-ramp-epochs", "2",
+              "--eval-size", "48", "--epochs", "3", "--synthetic-steps", "0", "--out", out])
+    assert rc == 0
+    epochs = events(out, "epoch")
+    assert len(epochs) == 3 and all(e["train_loss"] == e["train_loss"] for e in epochs)   # finite
+    assert summary(out)["final"]["val_images"] == 16
+
+
+def test_resume_with_the_recipe_equals_an_uninterrupted_run(tmp_path):
+    """Every part of the recipe is a function of (seed, epoch, index): stopping mid-epoch 2
+    (at a new size of the ramp) and resuming gives the uninterrupted run's weights, bitwise."""
+    train = pack(two_class_folder(tmp_path / "src", 48, seed=1), tmp_path / "train.lmdb")
+    common = [train, *FAST, *RECIPE, "--size", "40", "--size-start", "24", "--size-ramp-epochs", "1",
+              "--epochs", "2", "--deterministic", "--synthetic-steps", "0"]
+    assert run([*common, "--out", tmp_path / "whole"]) == 0
+    assert run([*common, "--out", tmp_path / "parts", "--max-steps", "9"]) == 0   # 6 steps per epoch
+    assert run([*common, "--out", tmp_path / "parts", "--resume"]) == 0
+    whole = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=False)
+    parts = torch.load(tmp_path / "parts" / "checkpoint.pt", weights_only=False)
+    assert parts["progress"] == whole["progress"]
+    for name, tensor in whole["model"].items():
+        assert torch.equal(parts["model"][name], tensor), name
+
+
+def test_resume_refuses_another_recipe(tmp_path, capsys):
+    train = pack(two_class_folder(tmp_path / "src", 48, seed=1), tmp_path / "train.lmdb")
+    common = [train, *FAST, "--epochs", "2", "--synthetic-steps", "0", "--out", tmp_path / "run"]
+    assert run([*common, "--max-steps", "2"]) == 0
+    line = one_line_error(capsys, [*common, "--resume", "--mixup", "0.8"])
+    assert "was written with --mixup 0.0, this run has 0.8" in line
