@@ -329,16 +329,6 @@ def test_cli_quiet_and_fail(mixed, tmp_path, capsys):
     assert capsys.readouterr().out == ""
 
 
-@pytest.fixture
-def restore_logging():
-    """main() calls logging.basicConfig, which binds a handler to this test's captured stderr."""
-    import logging
-    handlers, level = logging.root.handlers[:], logging.root.level
-    yield
-    logging.root.handlers[:] = handlers
-    logging.root.setLevel(level)
-
-
 def test_cli_main_reports_errors_in_one_line(tmp_path, capsys, restore_logging):
     from feedline.cli import main
     assert main(["pack", str(tmp_path / "missing"), str(tmp_path / "o.lmdb")]) == 2
