@@ -220,3 +220,28 @@ def test_the_cuda_split_computes_what_the_host_computes(packed_lmdb):
     b, yb = split.on_batch(x.contiguous(), labels.clone(), plan)
     assert torch.allclose(ya, yb)
     assert float((a.float() - b.float()).abs().mean()) <= 1.0
+
+
+def test_mixers_check_int_labels_on_a_device_and_pass_multi_hot_ones():
+    """On a device the mixers' label range is checked on the host from the plan's labels, for
+    int labels only: a multi-label store's column is -1 (no `label` field), and its multi-hot
+    targets must pass; an int `label` entry of a dict out of range is refused by name. The
+    meta device stands in for CUDA: its values cannot be read back, as a CUDA stream's."""
+    from feedline.config import TransformSpec
+    from feedline.plan import BatchPlan
+    from feedline.sources.transforming import Transforming
+
+    t = Transforming(TransformSpec((), (Mixup(1.0, 1.0),)), 5, 4, batched_on_device=True)
+    images = torch.zeros(4, 3, 8, 8, device="meta")
+
+    def plan(labels):
+        return BatchPlan(0, 0, np.arange(4), np.zeros((4, 4), np.int64), np.zeros(4, bool), np.array(labels))
+
+    multi_hot = torch.zeros(4, 4, device="meta")
+    for targets in (multi_hot, {"labels": multi_hot, "target": torch.zeros(4, device="meta")}):
+        _, mixed = t.on_batch(images, targets, plan([-1] * 4))
+        assert (mixed if isinstance(mixed, torch.Tensor) else mixed["labels"]).shape == (4, 4)
+    ints = torch.zeros(4, dtype=torch.int64, device="meta")
+    for targets in (ints, {"label": ints, "labels": multi_hot}):
+        with pytest.raises(ValueError, match=r"Mixup\(batch_transforms\[0\]\): a label is outside 0..3"):
+            t.on_batch(images, targets, plan([0, 1, 2, 9]))
