@@ -245,3 +245,23 @@ def test_mixers_check_int_labels_on_a_device_and_pass_multi_hot_ones():
     for targets in (ints, {"label": ints, "labels": multi_hot}):
         with pytest.raises(ValueError, match=r"Mixup\(batch_transforms\[0\]\): a label is outside 0..3"):
             t.on_batch(images, targets, plan([0, 1, 2, 9]))
+
+
+def test_the_tensors_recorded_on_the_consumers_stream_are_those_a_batch_hook_returned():
+    """A batch hook may return targets that are not a tensor or a dict (None, a list): the
+    CUDA engines record on the consumer's stream the tensors among them, and nothing else."""
+    from feedline.sources.target_batches import each_tensor
+    a, b = torch.zeros(2), torch.ones(2, 3)
+    assert each_tensor(a) == [a] and each_tensor(None) == [] and each_tensor("ids") == []
+    got = each_tensor({"label": a, "boxes": b, "note": "x"})
+    assert len(got) == 2 and got[0] is a and got[1] is b
+    got = each_tensor([a, None, b])
+    assert len(got) == 2 and got[0] is a and got[1] is b
+
+
+@pytest.mark.cuda
+def test_a_batch_hook_may_return_targets_that_are_not_tensors_on_cuda(packed_lmdb):
+    for hook, kind in ((lambda x, y: (x, None), type(None)), (lambda x, y: (x, [y, y.float()]), list)):
+        with loader(packed_lmdb, device="cuda", transforms=[], batch_transforms=[hook]) as gpu:
+            batches = list(gpu)
+        assert all(x.is_cuda and isinstance(y, kind) for x, y in batches)
