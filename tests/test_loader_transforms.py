@@ -248,20 +248,22 @@ def test_mixers_check_int_labels_on_a_device_and_pass_multi_hot_ones():
 
 
 def test_the_tensors_recorded_on_the_consumers_stream_are_those_a_batch_hook_returned():
-    """A batch hook may return targets that are not a tensor or a dict (None, a list): the
-    CUDA engines record on the consumer's stream the tensors among them, and nothing else."""
+    """A batch hook may return targets that are not a tensor or a dict (None, a list), or host
+    tensors: the CUDA engines record on the consumer's stream the device tensors among them,
+    and nothing else (record_stream does not exist for host tensors). The meta device stands
+    in for CUDA."""
     from feedline.sources.target_batches import each_tensor
-    a, b = torch.zeros(2), torch.ones(2, 3)
-    assert each_tensor(a) == [a] and each_tensor(None) == [] and each_tensor("ids") == []
-    got = each_tensor({"label": a, "boxes": b, "note": "x"})
+    a, b, host = torch.zeros(2, device="meta"), torch.ones(2, 3, device="meta"), torch.zeros(2)
+    assert each_tensor(a) == [a] and each_tensor(None) == [] and each_tensor(host) == []
+    got = each_tensor({"label": a, "boxes": b, "note": "x", "ids": host})
     assert len(got) == 2 and got[0] is a and got[1] is b
-    got = each_tensor([a, None, b])
+    got = each_tensor([a, None, host, b])
     assert len(got) == 2 and got[0] is a and got[1] is b
 
 
 @pytest.mark.cuda
 def test_a_batch_hook_may_return_targets_that_are_not_tensors_on_cuda(packed_lmdb):
-    for hook, kind in ((lambda x, y: (x, None), type(None)), (lambda x, y: (x, [y, y.float()]), list)):
+    for hook, kind in ((lambda x, y: (x, None), type(None)), (lambda x, y: (x, [y, y.cpu()]), list)):
         with loader(packed_lmdb, device="cuda", transforms=[], batch_transforms=[hook]) as gpu:
             batches = list(gpu)
         assert all(x.is_cuda and isinstance(y, kind) for x, y in batches)
