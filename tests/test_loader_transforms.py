@@ -220,3 +220,50 @@ def test_the_cuda_split_computes_what_the_host_computes(packed_lmdb):
     b, yb = split.on_batch(x.contiguous(), labels.clone(), plan)
     assert torch.allclose(ya, yb)
     assert float((a.float() - b.float()).abs().mean()) <= 1.0
+
+
+def test_mixers_check_int_labels_on_a_device_and_pass_multi_hot_ones():
+    """On a device the mixers' label range is checked on the host from the plan's labels, for
+    int labels only: a multi-label store's column is -1 (no `label` field), and its multi-hot
+    targets must pass; an int `label` entry of a dict out of range is refused by name. The
+    meta device stands in for CUDA: its values cannot be read back, as a CUDA stream's."""
+    from feedline.config import TransformSpec
+    from feedline.plan import BatchPlan
+    from feedline.sources.transforming import Transforming
+
+    t = Transforming(TransformSpec((), (Mixup(1.0, 1.0),)), 5, 4, batched_on_device=True)
+    images = torch.zeros(4, 3, 8, 8, device="meta")
+
+    def plan(labels):
+        return BatchPlan(0, 0, np.arange(4), np.zeros((4, 4), np.int64), np.zeros(4, bool), np.array(labels))
+
+    multi_hot = torch.zeros(4, 4, device="meta")
+    for targets in (multi_hot, {"labels": multi_hot, "target": torch.zeros(4, device="meta")}):
+        _, mixed = t.on_batch(images, targets, plan([-1] * 4))
+        assert (mixed if isinstance(mixed, torch.Tensor) else mixed["labels"]).shape == (4, 4)
+    ints = torch.zeros(4, dtype=torch.int64, device="meta")
+    for targets in (ints, {"label": ints, "labels": multi_hot}):
+        with pytest.raises(ValueError, match=r"Mixup\(batch_transforms\[0\]\): a label is outside 0..3"):
+            t.on_batch(images, targets, plan([0, 1, 2, 9]))
+
+
+def test_the_tensors_recorded_on_the_consumers_stream_are_those_a_batch_hook_returned():
+    """A batch hook may return targets that are not a tensor or a dict (None, a list), or host
+    tensors: the CUDA engines record on the consumer's stream the device tensors among them,
+    and nothing else (record_stream does not exist for host tensors). The meta device stands
+    in for CUDA."""
+    from feedline.sources.target_batches import each_tensor
+    a, b, host = torch.zeros(2, device="meta"), torch.ones(2, 3, device="meta"), torch.zeros(2)
+    assert each_tensor(a) == [a] and each_tensor(None) == [] and each_tensor(host) == []
+    got = each_tensor({"label": a, "boxes": b, "note": "x", "ids": host})
+    assert len(got) == 2 and got[0] is a and got[1] is b
+    got = each_tensor([a, None, host, b])
+    assert len(got) == 2 and got[0] is a and got[1] is b
+
+
+@pytest.mark.cuda
+def test_a_batch_hook_may_return_targets_that_are_not_tensors_on_cuda(packed_lmdb):
+    for hook, kind in ((lambda x, y: (x, None), type(None)), (lambda x, y: (x, [y, y.cpu()]), list)):
+        with loader(packed_lmdb, device="cuda", transforms=[], batch_transforms=[hook]) as gpu:
+            batches = list(gpu)
+        assert all(x.is_cuda and isinstance(y, kind) for x, y in batches)

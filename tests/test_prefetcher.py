@@ -167,8 +167,8 @@ class ReleasesSlotsEarly(CudaPrefetcher):
     """submit() whose ``copied`` event has already happened: the slot goes back to the
     decode threads without waiting for its host-to-device copy."""
 
-    def submit(self, images, labels, slot):
-        pending = super().submit(images, labels, slot)
+    def submit(self, images, labels, slot, plan=None):
+        pending = super().submit(images, labels, slot, plan)
         idle = torch.cuda.Stream(device=self.device)
         pending.copied = torch.cuda.Event()
         pending.copied.record(idle)  # nothing queued there: complete at once

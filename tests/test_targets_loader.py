@@ -201,3 +201,40 @@ def test_a_loader_on_boxes_refuses_a_geometric_transform_by_name(packed, engine)
                    transforms=["RandAugment"])
     with pytest.raises(TransformError, match=r"batch_transforms\[0\]: MixUp blends"):
         FeedLoader(packed["lmdb"], **KW, transforms=["ColorJitter"], batch_transforms=["MixUp"])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("engine", ["threads", "gpu"])
+def test_a_mixer_mixes_multi_label_targets_on_cuda_as_on_the_cpu(tmp_path, engine):
+    """A multi-label store (its int label column is -1) with Mixup: the CUDA engines mix the
+    multi-hot targets as the CPU does, not refusing the -1 column as out of range."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from feedline.transforms import Mixup
+    src, labels = labelled_folder(str(tmp_path), fields=("labels",))
+    out = str(tmp_path / "multi.lmdb")
+    pack(src, out, labels_csv=labels, progress=False)
+    mix = dict(batch_transforms=[Mixup(1.0, 1.0)], shuffle=True, seed=2)
+    kw = {**KW, "device": "cuda", "decoder": "pil" if engine == "threads" else "auto"}
+    with FeedLoader(out, **mix, **KW) as cpu, FeedLoader(out, engine=engine, **mix, **kw) as gpu:
+        for (_, a), (_, b) in zip(cpu, gpu, strict=True):
+            assert b.is_cuda and torch.allclose(a, b.cpu(), atol=1e-6)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("engine", ["threads", "gpu"])
+def test_cuda_engines_follow_a_size_schedule_with_the_cpu_targets(packed, engine):
+    """A size schedule on CUDA: the thread engine's pinned ring (with its target buffers) is
+    reallocated per size, the GPU engine crops to it; the boxes are in each epoch's pixels."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from feedline.size_schedule import ProgressiveSize
+    ramp = {**KW, "shuffle": True, "seed": 2, "size": ProgressiveSize(32, 64, ramp_epochs=2, step=16)}
+    kw = {**ramp, "device": "cuda", "decoder": "pil" if engine == "threads" else "auto"}
+    with FeedLoader(packed["lmdb"], **ramp) as cpu, FeedLoader(packed["lmdb"], engine=engine, **kw) as gpu:
+        for e, side in ((0, 32), (1, 48), (2, 64)):
+            cpu.set_epoch(e)
+            gpu.set_epoch(e)
+            for (_, a), (x, b) in zip(cpu, gpu, strict=True):
+                assert x.is_cuda and x.shape[-2:] == (side, side)
+                assert all(b[k].is_cuda and torch.equal(a[k], b[k].cpu()) for k in a)

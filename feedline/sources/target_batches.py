@@ -90,4 +90,8 @@ def to_device(targets, device: torch.device):
 
 
 def each_tensor(targets) -> list[torch.Tensor]:
-    return list(targets.values()) if isinstance(targets, dict) else [targets]
+    """The device tensors of a batch's targets (for record_stream, which host tensors lack): a
+    tensor, a dict's values, or whatever a batch transform returned instead (a list, None)."""
+    values = targets.values() if isinstance(targets, dict) else targets if isinstance(targets, (list, tuple)) \
+        else [targets]
+    return [t for t in values if isinstance(t, torch.Tensor) and t.device.type != "cpu"]

@@ -70,7 +70,10 @@ class Transforming:
         """The batch transforms on the finished batch."""
         if not self.batch.steps:
             return images, targets
-        if isinstance(targets, torch.Tensor) and targets.device.type != "cpu":
+        # int labels on a device: their range checked on the host (plan.labels); multi-hot
+        # targets have no int labels there (the column is -1 without a `label` field)
+        ints = targets.get("label") if isinstance(targets, dict) else targets
+        if isinstance(ints, torch.Tensor) and ints.device.type != "cpu" and not ints.is_floating_point():
             self.batch.check_labels(plan.labels)
         return self.batch.apply(images, targets, self.seed, plan.epoch, plan.indices)
 
