@@ -11,12 +11,13 @@ from feedline.sample import make_photo_folder
 
 
 def flip_record(path: str, index: int) -> str:
-    """Flip 64 bytes in the middle of record ``index`` where the file stores it; its path."""
+    """Flip 64 bytes in the middle of record ``index`` where the file stores it; its path.
+    Every copy: LMDB may keep a stale one in a free page (a chunk redone after its map grew)."""
     with open_dataset(path) as store:
         record, rel = bytes(store.read(index)), store.path(index)
     data = open(path, "rb").read()
     middle = record[len(record) // 2:len(record) // 2 + 64]
-    assert data.count(middle) == 1
+    assert data.count(middle) >= 1
     with open(path, "wb") as fh:
         fh.write(data.replace(middle, bytes(b ^ 0x5A for b in middle)))
     return rel
