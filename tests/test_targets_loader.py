@@ -54,7 +54,8 @@ def check_epoch(loader, epoch: int) -> list[int]:
         assert got["boxes"].shape == (len(images), m, 4) and got["target"].shape == (len(images), 3)
         for row in range(len(images)):
             record = ids[int(got["label"][row])]
-            check_row(got, row, expected_row(store, record, c.augment, c.seed, epoch, c.min_box_visibility), m)
+            check_row(got, row, expected_row(store, record, c.spec_at(epoch), c.seed, epoch, c.min_box_visibility),
+                      m)
             seen.append(record)
     return seen
 
@@ -63,6 +64,15 @@ def check_epoch(loader, epoch: int) -> list[int]:
 def test_every_field_reaches_the_batch_with_its_own_records_crop(packed, kind):
     with FeedLoader(packed[kind], shuffle=True, train=True, seed=3, **KW) as loader:
         for epoch in (0, 1):
+            assert sorted(check_epoch(loader, epoch)) == list(range(12))
+
+
+def test_boxes_follow_a_size_schedule_in_each_epochs_pixels(packed):
+    """The ring is reallocated per size; the boxes are in that epoch's output pixels."""
+    from feedline.size_schedule import ProgressiveSize
+    kw = {**KW, "size": ProgressiveSize(32, 64, ramp_epochs=2, step=16)}
+    with FeedLoader(packed["lmdb"], shuffle=True, train=True, seed=4, **kw) as loader:
+        for epoch in (0, 1, 2):
             assert sorted(check_epoch(loader, epoch)) == list(range(12))
 
 

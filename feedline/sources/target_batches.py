@@ -16,12 +16,13 @@ from ..augment import plan as plan_augment
 
 class TargetSpec:
     """What an engine needs to make a batch's targets: the store's columns, the layout of a
-    batch, the output size (boxes come out in output pixels) and ``min_box_visibility``."""
+    batch and ``min_box_visibility``. Boxes come out in output pixels: each fill is given the
+    output size (a size schedule changes it between epochs)."""
 
-    def __init__(self, store, batch_size: int, size, min_visibility: float):
+    def __init__(self, store, batch_size: int, min_visibility: float):
         self.columns = store.target_columns
         self.layout = self.columns.batch_layout(batch_size, len(store.classes))
-        self.size, self.min_visibility = tuple(size), float(min_visibility)
+        self.min_visibility = float(min_visibility)
         # one field, and not boxes (which come as three arrays): a bare tensor, as the label is
         self.single = next(iter(self.layout)) if len(self.layout) == 1 else None
 
@@ -29,8 +30,8 @@ class TargetSpec:
         return {name: torch.empty(shape, dtype=getattr(torch, dtype), pin_memory=pin)
                 for name, (shape, dtype) in self.layout.items()}
 
-    def fill(self, indices, out: dict[str, np.ndarray], crops, flips) -> None:
-        self.columns.fill(indices, out, crops=crops, flips=flips, size=self.size,
+    def fill(self, indices, out: dict[str, np.ndarray], crops, flips, size) -> None:
+        self.columns.fill(indices, out, crops=crops, flips=flips, size=tuple(size),
                           min_visibility=self.min_visibility)
 
     def deliver(self, tensors: dict[str, torch.Tensor], n: int):
@@ -47,8 +48,7 @@ class TargetSpec:
         hw = np.asarray(sizes)[idx].reshape(-1, 2)
         crops, flips = plan_augment(epoch.spec, epoch.seed, epoch.epoch, idx, hw[:, 0], hw[:, 1])
         tensors = self.allocate(pin=False)
-        self.size = tuple(epoch.spec.size)   # boxes in this epoch's output pixels
-        self.fill(idx, {name: t.numpy() for name, t in tensors.items()}, crops, flips)
+        self.fill(idx, {name: t.numpy() for name, t in tensors.items()}, crops, flips, epoch.spec.size)
         return {name: t[:len(idx)] for name, t in tensors.items()}
 
 
@@ -57,14 +57,14 @@ def target_spec(store, config) -> TargetSpec | None:
     ``label`` (the classic int64 labels, delivered as they always were)."""
     if set(store.fields) == {"label"}:
         return None
-    return TargetSpec(store, config.batch_size, config.augment.size, config.min_box_visibility)
+    return TargetSpec(store, config.batch_size, config.min_box_visibility)
 
 
 def plan_targets(target, plan) -> None:
     """The planner's part: every row of ``plan`` from its records, crops and flips."""
     buffers = getattr(target, "targets", None)
     if buffers is not None:
-        target.target_spec.fill(plan.indices, buffers.arrays, plan.boxes, plan.flips)
+        target.target_spec.fill(plan.indices, buffers.arrays, plan.boxes, plan.flips, target.target_size)
 
 
 def substitute_targets(target, j: int, index: int, crop, flip: bool) -> None:
@@ -72,7 +72,7 @@ def substitute_targets(target, j: int, index: int, crop, flip: bool) -> None:
     buffers = getattr(target, "targets", None)
     if buffers is not None:
         rows = {name: a[j:j + 1] for name, a in buffers.arrays.items()}
-        target.target_spec.fill([index], rows, np.asarray(crop).reshape(1, 4), [bool(flip)])
+        target.target_spec.fill([index], rows, np.asarray(crop).reshape(1, 4), [bool(flip)], target.target_size)
 
 
 def batch_targets(target, labels: torch.Tensor, n: int):

@@ -41,7 +41,8 @@ class TargetedRing:
         buffers = self._buffers[slot]
         if buffers is None or (self._check_held and buffers.held()):
             buffers = self._buffers[slot] = SlotTargets(self.spec, self._pin)
-        target.targets, target.target_spec = buffers, self.spec
+        # the ring's size is its epoch's output size: the boxes' pixels
+        target.targets, target.target_spec, target.target_size = buffers, self.spec, self._ring.size
         return target
 
     def __getattr__(self, name):   # the ring's own images and labels, for the prefetcher

@@ -68,8 +68,6 @@ class ThreadBatches:
         samples = epoch.samples(len(store))   # the epoch's order, computed once: for the plans and the read-ahead
         plans = epoch.batches(store.labels, store.sizes, start, samples=samples)
         policy = BadRecordPolicy(store, c.on_error, epoch, stats.ledger)
-        if self.targets is not None:
-            self.targets.size = tuple(epoch.spec.size)   # boxes in this epoch's output pixels
         # The read-ahead hints the store about the runs read next: speed, never data.
         with read_ahead(store, epoch, start, samples) as ahead, \
                 DecodeQueue(store, self.decoder, policy, c.num_threads, stats) as queue:  # joined on break or error
