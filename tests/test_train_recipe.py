@@ -9,7 +9,8 @@ from test_train_helpers import FAST, events, one_line_error, pack, run, summary,
 
 from feedline.size_schedule import ProgressiveSize
 from feedline.train.config import TrainConfig
-from feedline.train.recipe import RecipeLoss, loader_options
+from feedline.train.recipe import loader_options
+from feedline.train.task import CLASSIFY, FieldLoss
 from feedline.train.recipe_options import parse_aa
 from feedline.transforms import ColorJitter, Mixup, RandAugment, RandomErasing, TrivialAugmentWide
 
@@ -61,10 +62,13 @@ def test_bad_recipe_flags_are_one_line(tmp_path, capsys, argv, message):
 
 
 def test_soft_target_loss_is_timms_and_hard_labels_keep_smoothing():
+    """The run's classification loss: mixed targets, already smoothed by the mixer, are not
+    smoothed again (torch's cross_entropy would smooth probability targets too)."""
     logits = torch.randn(4, 5)
     soft = torch.softmax(torch.randn(4, 5), 1)
-    loss = RecipeLoss(0.1)
+    loss = FieldLoss(CLASSIFY, "label", label_smoothing=0.1)
     assert torch.allclose(loss(logits, soft), (-soft * F.log_softmax(logits, 1)).sum(1).mean())
+    assert torch.allclose(loss(logits, {"label": soft}, reduction="sum"), (-soft * F.log_softmax(logits, 1)).sum())
     labels = torch.tensor([0, 1, 2, 3])
     assert torch.allclose(loss(logits, labels), F.cross_entropy(logits, labels, label_smoothing=0.1))
 

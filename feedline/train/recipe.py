@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import math
 
-import torch
-import torch.nn.functional as F
-from torch import nn
-
 from ..size_schedule import ProgressiveSize
 from ..transforms import ColorJitter, Mixup, RandAugment, RandomErasing, TrivialAugmentWide
 from .recipe_options import RecipeOptions, parse_aa
@@ -48,18 +44,3 @@ def loader_options(cfg: RecipeOptions, train: bool, num_classes: int | None) -> 
         return {"size": cfg.eval_size or cfg.size}
     return {"size": train_size(cfg), "transforms": sample_transforms(cfg),
             "batch_transforms": batch_transforms(cfg, num_classes)}
-
-
-class RecipeLoss(nn.Module):
-    """Cross-entropy with label smoothing on int labels; on the mixer's probability targets
-    (already smoothed) the soft-target cross-entropy -sum(p * log_softmax(x)), as timm's
-    SoftTargetCrossEntropy."""
-
-    def __init__(self, label_smoothing: float):
-        super().__init__()
-        self.hard = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
-
-    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        if targets.is_floating_point() and targets.dim() == 2:
-            return torch.sum(-targets * F.log_softmax(logits.float(), dim=-1), dim=-1).mean()
-        return self.hard(logits, targets)

@@ -12,9 +12,9 @@ from torch import nn
 from .config import TrainConfig, TrainError
 from .distributed import DistInfo
 from .models import build_model
-from .recipe import RecipeLoss
 from .choices import Amp as AmpMode
 from .step import Amp, StepRunner, make_optimizer
+from .task import CLASSIFY, FieldLoss
 from .schedule import WarmupCosine
 
 WARMUP_MICRO = 3  # micro-steps left out of throughput: cudnn autotuning, compilation, first allocations
@@ -85,5 +85,5 @@ def build_runner(raw: nn.Module, cfg: TrainConfig, info: DistInfo, amp: Amp, lr:
     scheduler = WarmupCosine(optimizer, lr, warmup_steps, total_steps)
     scaler = torch.amp.GradScaler(info.device.type) if amp.dtype == torch.float16 else None
     if criterion is None:   # the run's task says otherwise (task.py); synthetic steps classify
-        criterion = RecipeLoss(cfg.label_smoothing)   # soft targets when the batch is mixed
+        criterion = FieldLoss(CLASSIFY, "label", label_smoothing=cfg.label_smoothing)
     return StepRunner(net, ddp, optimizer, scheduler, scaler, criterion, amp)

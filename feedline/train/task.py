@@ -17,7 +17,9 @@ CLASSIFY, MULTI_LABEL, REGRESSION = "classification", "multi-label", "regression
 
 
 class FieldLoss(nn.Module):
-    """``loss(outputs, targets)`` on one field of a batch's targets (a tensor, or a dict of them)."""
+    """``loss(outputs, targets)`` on one field of a batch's targets (a tensor, or a dict of them).
+    Classification: cross-entropy with label smoothing on int labels; on a mixer's probability
+    targets (already smoothed by the mixer) timm's SoftTargetCrossEntropy, -sum(p * log_softmax(x))."""
 
     def __init__(self, kind: str, field: str, regression_loss: str = "mse", label_smoothing: float = 0.0):
         super().__init__()
@@ -29,6 +31,9 @@ class FieldLoss(nn.Module):
 
     def forward(self, outputs: torch.Tensor, targets, reduction: str = "mean") -> torch.Tensor:
         y = self.pick(targets)
+        if self.kind == CLASSIFY and y.is_floating_point():   # mixed: smoothed once, by the mixer
+            per_sample = torch.sum(-y * F.log_softmax(outputs.float(), dim=-1), dim=-1)
+            return per_sample.sum() if reduction == "sum" else per_sample.mean() if reduction == "mean" else per_sample
         if self.kind == CLASSIFY:
             return F.cross_entropy(outputs, y, label_smoothing=self.label_smoothing, reduction=reduction)
         outputs = outputs.float().reshape(y.shape)   # a scalar target: (B, 1) outputs against (B,)
