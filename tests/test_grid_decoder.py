@@ -13,6 +13,7 @@ from PIL import Image
 
 from converters.libjpeg_transcode import transcode_to_grid
 from feedline.augment import center_crop, random_resized_crop, uniforms
+from feedline.decoders import jpeg_warnings
 from feedline.decoders.base import Box
 from feedline.decoders.grid_decoder import GridDecoder
 from feedline.decoders.jpeg_grid import parse_grid
@@ -101,3 +102,23 @@ def test_a_box_outside_the_image_is_a_decode_error(sources):
     out = np.zeros((32, 32, 3), np.uint8)
     with pytest.raises(DecodeError, match="not inside"):
         GridDecoder(SimplejpegDecoder()).decode_into(grid, Box(0, 0, 200, 10), False, out)
+
+
+def test_a_benign_warning_on_a_spliced_crop_is_counted_not_a_bad_record(sources):
+    """Junk bytes before a restart marker inside the crop (hopper_bad_exif's kind): libjpeg
+    skips them, warns and decodes every pixel; as on every strict path that warning is
+    counted (`jpeg_warnings`), and the crop is the clean record's."""
+    clean = transcode_to_grid(sources["500x333"])
+    layout = parse_grid(clean)
+    k = 5 * layout.mcus_across + 5          # the MCU at row 5, column 5: junk before the marker after it
+    at = int(layout.markers[k])
+    junk = clean[:at] + b"\x00\x00\x00" + clean[at:]
+    mcu_h, mcu_w = layout.mcu_height, layout.mcu_width
+    box = Box(5 * mcu_h, 5 * mcu_w, 2 * mcu_h, 2 * mcu_w)
+    decoder = GridDecoder(SimplejpegDecoder())
+    want, got = np.zeros((32, 32, 3), np.uint8), np.zeros((32, 32, 3), np.uint8)
+    decoder.decode_into(clean, box, False, want)
+    assert jpeg_warnings.take() is None
+    decoder.decode_into(junk, box, False, got)
+    assert "extraneous bytes before marker" in (jpeg_warnings.take() or "")
+    assert np.array_equal(got, want)
