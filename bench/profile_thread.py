@@ -5,7 +5,8 @@ an original store of the same photos, one run.
 
 Decode thread, per image, one thread, the calls the decode threads make in the order they
 make them (RandomResizedCrop 224 + flip, batch 64): the store read and its checksum, the
-grid parse and splice, the JPEG decode, resize + flip, the normalization into a float32
+grid parse and splice, the JPEG decode with its resize + flip (on a grid store the
+calls GridDecoder makes, timed one by one), the normalization into a float32
 row (uint8 output decodes into the row itself: no such step), and the queue's own cost
 per sample (claims, lock, counters, bookkeeping), measured on a DecodeQueue whose store and
 decoder do nothing. Consumer thread, per batch: FeedLoader iterated under cProfile (only
@@ -40,24 +41,25 @@ def timed(fn, *args) -> float:
 def stages(store, n: int, grid: bool) -> dict:
     """Milliseconds per image of each step a decode thread takes, summed over ``n`` images."""
     import numpy as np
-    import simplejpeg
     import torch
 
     from feedline.augment import random_resized_crop, uniforms
     from feedline.config import OutputSpec
     from feedline.decoders import get_decoder
-    from feedline.decoders.base import Box, choose_scale, resize_scaled_into
-    from feedline.decoders.jpeg_grid import mcu_span, parse_grid, splice
+    from feedline.decoders.base import Box
+    from feedline.decoders.grid_decoder import grid_decoder_for
+    from feedline.decoders.jpeg_grid import parse_grid, splice_crop
     from feedline.sources.normalization import HostNormalizer
     count = min(n, len(store))
     sizes = np.asarray(store.sizes[:count])
     boxes = random_resized_crop(sizes[:, 0], sizes[:, 1], uniforms(7, 0, range(count), 22))
     decoder = get_decoder("auto")
+    grid_decoder = grid_decoder_for(store, decoder)
     out = np.empty((*SIZE, 3), np.uint8)
     row = torch.empty((1, 3, *SIZE), dtype=torch.float32).contiguous(memory_format=torch.channels_last)[0]
     normalize = HostNormalizer(OutputSpec(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
                                           dtype=torch.float32, channels_last=True))
-    spent = dict.fromkeys(["read", "checksum", "parse", "splice", "jpeg_decode", "resize_flip", "normalize_f32"], 0.0)
+    spent = dict.fromkeys(["read", "checksum", "parse", "splice", "jpeg_decode", "normalize_f32"], 0.0)
     for i in range(count):
         box, flip = Box(*map(int, boxes[i])), bool(i % 2)
         t0 = time.perf_counter()
@@ -67,29 +69,16 @@ def stages(store, n: int, grid: bool) -> dict:
         t2 = time.perf_counter()
         spent["read"] += t1 - t0
         spent["checksum"] += max(t2 - t1 - (t1 - t0), 0.0)   # read_checked = read + checksum
-        if grid:
+        if grid:   # GridDecoder.decode_into's two calls, each timed
             t0 = time.perf_counter()
             layout = parse_grid(data)
-            r0, r1, c0, c1 = mcu_span(layout, *box)
             t1 = time.perf_counter()
-            spliced = splice(data, layout, (r0, r1), (c0, c1))
+            spliced, shifted, _ = splice_crop(data, box, layout)
             t2 = time.perf_counter()
-            y0, x0 = r0 * layout.mcu_height, c0 * layout.mcu_width
-            shifted = Box(box.top - y0, box.left - x0, box.height, box.width)
-            scale = choose_scale(shifted, SIZE)    # as GridDecoder: a reduced DCT scale where it may
-            h = min(r1 * layout.mcu_height, layout.height) - y0
-            w = min(c1 * layout.mcu_width, layout.width) - x0
-            want = (-(-h * scale[0] // scale[1]), -(-w * scale[0] // scale[1])) if scale != (1, 1) else (0, 0)
-            image = simplejpeg.decode_jpeg(spliced, "rgb", min_height=want[0], min_width=want[1], strict=True)
-            if scale != (1, 1) and image.shape[:2] != want:
-                scale, image = (1, 1), simplejpeg.decode_jpeg(spliced, "rgb", strict=True)
-            t3 = time.perf_counter()
-            resize_scaled_into(image, shifted, scale, out, flip)
-            t4 = time.perf_counter()
+            grid_decoder.crops.decode_into(spliced, shifted, flip, out)   # decode + resize + flip
             spent["parse"] += t1 - t0
             spent["splice"] += t2 - t1
-            spent["jpeg_decode"] += t3 - t2
-            spent["resize_flip"] += t4 - t3
+            spent["jpeg_decode"] += time.perf_counter() - t2
         else:
             spent["jpeg_decode"] += timed(decoder.decode_into, data, box, flip, out)   # decode + crop + resize
         spent["normalize_f32"] += timed(normalize, out, row)

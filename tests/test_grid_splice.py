@@ -11,7 +11,7 @@ import pytest
 import simplejpeg
 from PIL import Image
 
-from feedline.decoders.jpeg_grid import mcu_span, parse_grid, splice
+from feedline.decoders.jpeg_grid import mcu_span, parse_grid, splice, splice_crop
 from feedline.errors import DecodeError
 from feedline.sample import photo_paths
 
@@ -35,10 +35,13 @@ def spliced_crop(data: bytes, box: tuple[int, int, int, int]) -> tuple[np.ndarra
     layout = parse_grid(data)
     top, left, h, w = box
     r0, r1, c0, c1 = mcu_span(layout, top, left, h, w)
-    decoded = simplejpeg.decode_jpeg(splice(data, layout, (r0, r1), (c0, c1)), "rgb", strict=True)
+    spliced = splice(data, layout, (r0, r1), (c0, c1))
+    decoded = simplejpeg.decode_jpeg(spliced, "rgb", strict=True)
     assert decoded.shape[:2] == (min(r1 * layout.mcu_height, layout.height) - r0 * layout.mcu_height,
                                  min(c1 * layout.mcu_width, layout.width) - c0 * layout.mcu_width)
     y0, x0 = r0 * layout.mcu_height, c0 * layout.mcu_width
+    # splice_crop, what the decoders call, gives the same JPEG and places the box in it so
+    assert splice_crop(data, np.array(box)) == (spliced, (top - y0, left - x0, h, w), decoded.shape[:2])
     ys, xs = np.arange(top, top + h)[:, None], np.arange(left, left + w)[None, :]
     # Chroma upsampling blends neighbours: near an edge the splice made (not an image edge)
     # the spliced JPEG has no neighbour to blend with.

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import DecodeError
 from .base import Box, Decoder
-from .jpeg_grid import is_grid_store, mcu_span, parse_grid, splice
+from .jpeg_grid import is_grid_store, splice_crop
 from .simplejpeg_decoder import SimplejpegDecoder
 
 log = logging.getLogger(__name__)
@@ -46,12 +46,7 @@ class GridDecoder(Decoder):
         return self.whole.decode(data)
 
     def decode_into(self, data, box: Box, flip: bool, out: np.ndarray) -> None:
-        box = Box(*map(int, box))   # plans hold numpy ints
-        layout = parse_grid(data)
-        r0, r1, c0, c1 = mcu_span(layout, *box)
-        spliced = splice(data, layout, (r0, r1), (c0, c1))
-        y0, x0 = r0 * layout.mcu_height, c0 * layout.mcu_width
-        shifted = Box(box.top - y0, box.left - x0, box.height, box.width)
+        spliced, shifted, _ = splice_crop(data, box)
         try:
             self.crops.decode_into(spliced, shifted, flip, out)
         except DecodeError as exc:

@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import DecodeError
+from .base import Box
 
 _SOF_SEQUENTIAL = (0xC0, 0xC1)          # baseline, extended sequential Huffman
 _SOF_OTHER = set(range(0xC2, 0xD0)) - {0xC4, 0xC8, 0xCC}   # progressive, lossless, arithmetic
@@ -132,6 +133,29 @@ def mcu_span(layout: GridLayout, top: int, left: int, height: int, width: int) -
             left // layout.mcu_width, -(-(left + width) // layout.mcu_width))
 
 
+def splice_crop(data, box, layout: GridLayout | None = None) -> tuple[bytes, Box, tuple[int, int]]:
+    """(the JPEG of the MCUs under ``box``, ``box`` shifted into it, its (height, width)).
+
+    ``box`` is (top, left, height, width) in grid JPEG ``data``; ``layout`` is data's
+    (parse_grid), parsed here when not given. DecodeError when data is not a grid or the
+    box is not inside it."""
+    box = Box(*map(int, box))   # plans hold numpy ints
+    layout = parse_grid(data) if layout is None else layout
+    r0, r1, c0, c1 = mcu_span(layout, *box)
+    rows, cols = (r0, r1), (c0, c1)
+    top, left, height, width = _block(layout, rows, cols)
+    shifted = Box(box.top - top, box.left - left, box.height, box.width)
+    return splice(data, layout, rows, cols), shifted, (height, width)
+
+
+def _block(layout: GridLayout, rows: tuple[int, int], cols: tuple[int, int]) -> tuple[int, int, int, int]:
+    """(top, left, height, width) in the source of MCU rows ``rows`` and columns ``cols``:
+    the spliced JPEG's pixels (the last row and column cut at the image's edge)."""
+    top, left = rows[0] * layout.mcu_height, cols[0] * layout.mcu_width
+    return (top, left, min(rows[1] * layout.mcu_height, layout.height) - top,
+            min(cols[1] * layout.mcu_width, layout.width) - left)
+
+
 def splice(data, layout: GridLayout, rows: tuple[int, int], cols: tuple[int, int]) -> bytes:
     """The JPEG of MCU rows ``rows`` and columns ``cols`` (start, end) of grid JPEG ``data``.
 
@@ -145,8 +169,7 @@ def splice(data, layout: GridLayout, rows: tuple[int, int], cols: tuple[int, int
         return bytes(data)      # one MCU: the crop is the image
     view = memoryview(data)
     markers, across = layout.markers, layout.mcus_across
-    height = min(r1 * layout.mcu_height, layout.height) - r0 * layout.mcu_height
-    width = min(c1 * layout.mcu_width, layout.width) - c0 * layout.mcu_width
+    _, _, height, width = _block(layout, rows, cols)
     sof = layout.sof_at
     parts = [view[:sof + 5], height.to_bytes(2, "big"), width.to_bytes(2, "big"), view[sof + 9:layout.scan_at]]
     # Row r's intervals k0..k1-1 lie together: from the start of k0 to the marker after k1-1.

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..decoders.base import Box, Decoder
-from ..decoders.jpeg_grid import mcu_span, parse_grid, splice
+from ..decoders.jpeg_grid import parse_grid, splice_crop
 
 
 class GridSplice:
@@ -32,13 +32,8 @@ class GridSplice:
 
     def stream(self, k: int, data, box: Box):
         """The CodeStream of sample ``k``'s crop; DecodeError when ``data`` is not a grid."""
-        top, left, height, width = (int(v) for v in box)
-        layout = parse_grid(data)
-        r0, r1, c0, c1 = mcu_span(layout, top, left, height, width)
-        y0, x0 = r0 * layout.mcu_height, c0 * layout.mcu_width
-        size = (min(r1 * layout.mcu_height, layout.height) - y0, min(c1 * layout.mcu_width, layout.width) - x0)
-        spliced = splice(data, layout, (r0, r1), (c0, c1))
-        self._cuts[k] = (Box(top - y0, left - x0, height, width), size)
+        spliced, shifted, size = splice_crop(data, box)
+        self._cuts[k] = (shifted, size)
         return self._nv.CodeStream(spliced)
 
     def crops(self, images: list) -> list:
