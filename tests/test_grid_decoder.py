@@ -80,6 +80,8 @@ def test_a_record_without_the_grid_is_a_decode_error(sources):
     out = np.zeros((32, 32, 3), np.uint8)
     with pytest.raises(DecodeError, match="not a restart-grid JPEG"):
         GridDecoder(SimplejpegDecoder()).decode_into(sources["301x199"], Box(0, 0, 50, 50), False, out)
+    with pytest.raises(DecodeError, match="not a restart-grid JPEG"):   # whole, as cropped
+        GridDecoder(SimplejpegDecoder()).decode(sources["301x199"])
 
 
 def test_damage_inside_a_spliced_interval_is_a_decode_error(sources):

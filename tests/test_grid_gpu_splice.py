@@ -17,6 +17,7 @@ from PIL import Image
 from converters.libjpeg_transcode import transcode_to_grid
 from feedline.augment import random_resized_crop, uniforms
 from feedline.decoders.base import Box
+from feedline.decoders.grid_decoder import GridDecoder
 from feedline.decoders.nvimgcodec_library import load_nvimgcodec
 from feedline.decoders.simplejpeg_decoder import SimplejpegDecoder
 from feedline.errors import DecodeError
@@ -115,7 +116,7 @@ def test_a_damaged_grid_is_refused_by_the_splice_and_by_the_cpu_fallback(grids):
     data[at + 1] = 0xD5                          # a restart marker out of sequence
     with pytest.raises(DecodeError, match="out of sequence"):
         GridSplice(nv).stream(0, bytes(data), Box(0, 0, 16, 16))
-    checked = GridSplice.checked(SimplejpegDecoder())
+    checked = GridDecoder(SimplejpegDecoder())   # what grid_decoder_for gives GpuDecodeBatches' fallback
     with pytest.raises(DecodeError, match="not a restart-grid JPEG"):
         checked.decode(bytes(data))
     assert checked.decode(grids[1]).shape[2] == 3

@@ -5,7 +5,8 @@ A grid store (``pack --layout grid``) holds JPEGs with a restart marker after ev
 JPEG and decodes that with the SimplejpegDecoder (libjpeg-turbo, strict, at a reduced
 DCT scale when the crop is at least twice the output, resized and flipped as every
 decoder does): the same pixels as a full decode's crop but for
-chroma upsampling at the spliced edges. Whole images go to the wrapped decoder.
+chroma upsampling at the spliced edges. Whole images go to the wrapped decoder, once
+their grid is checked (`parse_grid`).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from ..errors import DecodeError
 from .base import Box, Decoder
-from .jpeg_grid import is_grid_store, splice_crop
+from .jpeg_grid import is_grid_store, parse_grid, splice_crop
 from .simplejpeg_decoder import SimplejpegDecoder
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class GridDecoder(Decoder):
         self.crops = SimplejpegDecoder(fast_dct, fast_upsample, strict=True)
 
     def decode(self, data) -> np.ndarray:
+        parse_grid(data)   # a damaged grid is a bad record here too, not decoded whole after all
         return self.whole.decode(data)
 
     def decode_into(self, data, box: Box, flip: bool, out: np.ndarray) -> None:

@@ -56,10 +56,11 @@ class GpuDecodeBatches:
         self._stream = torch.cuda.Stream(device=self.device)
         self._targets = target_spec(store, config)   # None: the label alone, as always
         # -- grid splice (issue 24, gpu_splice): on a grid store, decode only each crop's MCUs
+        from ..decoders.grid_decoder import grid_decoder_for
         from ..decoders.jpeg_grid import is_grid_store
         from .gpu_splice import GridSplice
         self._grid = GridSplice(nv, self.device) if is_grid_store(store) else None
-        self._cpu = GridSplice.checked(self._cpu) if self._grid else self._cpu
+        self._cpu = grid_decoder_for(store, self._cpu)   # refuses a damaged grid as the splice does
         # -- end grid splice
         self._transforming = transforming(store, config)
 

@@ -5,15 +5,16 @@ the H100/H200 hardware JPEG decoder has no region decode at all. On a grid store
 (`jpeg_grid`) a crop's MCUs make a valid JPEG by themselves, so the batched decode gets
 only those bytes, on every backend alike; the decoded MCU block is then cut to the crop
 (a view, no copy). A record that is not a valid grid is a bad record on this path too: its
-stream is refused here, and the CPU fallback (`checked`) refuses it the same way.
+stream is refused here, and the CPU fallback (the store's `grid_decoder_for`) refuses it
+the same way.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from ..decoders.base import Box, Decoder
-from ..decoders.jpeg_grid import parse_grid, splice_crop
+from ..decoders.base import Box
+from ..decoders.jpeg_grid import splice_crop
 
 
 class GridSplice:
@@ -52,31 +53,9 @@ class GridSplice:
             images[k] = block[cut.top:cut.top + cut.height, cut.left:cut.left + cut.width]
         return images
 
-    @staticmethod
-    def checked(decoder: Decoder) -> Decoder:
-        """``decoder`` for whole records of a grid store: a record whose grid is damaged is
-        refused (DecodeError) as the splice refuses it, not decoded whole after all."""
-        return _GridChecked(decoder)
-
 
 def _tensor(image, device: torch.device) -> torch.Tensor:
     """An nvImageCodec image as an H x W x C uint8 tensor, without a copy; it keeps the image alive."""
     if "HOST" in str(getattr(image, "buffer_kind", "")):
         return torch.from_numpy(np.asarray(image))
     return torch.as_tensor(image, device=device)
-
-
-class _GridChecked(Decoder):
-    def __init__(self, whole: Decoder):
-        self.whole, self.name = whole, whole.name
-
-    def decode(self, data) -> np.ndarray:
-        parse_grid(data)
-        return self.whole.decode(data)
-
-    def decode_into(self, data, box: Box, flip: bool, out: np.ndarray) -> None:
-        parse_grid(data)
-        self.whole.decode_into(data, box, flip, out)
-
-    def __repr__(self) -> str:
-        return f"grid-checked {self.whole!r}"
