@@ -5,9 +5,9 @@
 Generates photo-like JPEGs (`feedline sample`'s photos) and packs them twice through the
 CLI, `--layout original` and `--layout grid`, alternating (pack time and size). Then,
 in interleaved rounds: FeedLoader on each store (RandomResizedCrop 224 + flip to
-float32, batch 64, all cores, decoder "auto"; the grid store through
-`grid_decoder_for`), and one thread's `decode_into` of the same RandomResizedCrop
-boxes (the decode alone, before any loader starts). Each loader measurement first drains
+float32, batch 64, all cores, decoder "auto": on the grid store a GridDecoder, chosen by
+the loader itself), and one thread's `decode_into` with the loader's decoder, of the same
+RandomResizedCrop boxes (the decode alone, before any loader starts). Each loader measurement first drains
 the batches that loader buffered while the other was timed. Medians and their quotients are printed;
 JSON goes to bench/results/grid.json with --save.
 """
@@ -38,14 +38,10 @@ def pack_cli(folder: str, out: Path, layout: str) -> float:
     return time.perf_counter() - t0
 
 
-def loader_for(path: Path, layout: str):
-    from feedline import FeedLoader, open_dataset
-    from feedline.decoders import get_decoder
-    from feedline.decoders.grid_decoder import grid_decoder_for
-    store = open_dataset(str(path))
-    decoder = grid_decoder_for(store, get_decoder("auto")) if layout == "grid" else "auto"
-    return FeedLoader(store, batch_size=64, shuffle=True, size=224, device="cpu", drop_last=True,
-                      decoder=decoder)
+def loader_for(path: Path):
+    from feedline import FeedLoader
+    return FeedLoader(str(path), batch_size=64, shuffle=True, size=224, device="cpu", drop_last=True,
+                      decoder="auto")   # on the grid store a GridDecoder, by itself
 
 
 def endless(loader):
@@ -65,17 +61,15 @@ def loader_rate(batches, count: int) -> float:
     return images / (time.perf_counter() - t0)
 
 
-def decode_jobs(path: Path, layout: str, n: int):
+def decode_jobs(path: Path, n: int):
     """(decoder, [(bytes, box)]) for one thread's decode_into of RandomResizedCrop boxes."""
     import numpy as np
     from feedline import open_dataset
     from feedline.augment import random_resized_crop, uniforms
-    from feedline.decoders import get_decoder
     from feedline.decoders.base import Box
-    from feedline.decoders.grid_decoder import grid_decoder_for
+    from feedline.selection import thread_decoder
     store = open_dataset(str(path))
-    decoder = get_decoder("auto")
-    decoder = grid_decoder_for(store, decoder) if layout == "grid" else decoder
+    decoder = thread_decoder("auto", store)   # the loader's choice: on the grid store a GridDecoder
     count = min(n, len(store))
     sizes = np.asarray(store.sizes[:count])
     boxes = random_resized_crop(sizes[:, 0], sizes[:, 1], uniforms(7, 0, range(count), 22))
@@ -113,14 +107,14 @@ def main(argv: list[str] | None = None) -> int:
             pack_seconds[layout].append(pack_cli(folder, stores[layout], layout))
     # The decode alone first, with no loader alive: a loader's prefetching threads would
     # run beside it and be counted.
-    jobs = {layout: decode_jobs(stores[layout], layout, 300) for layout in LAYOUTS}
+    jobs = {layout: decode_jobs(stores[layout], 300) for layout in LAYOUTS}
     decode_rates: dict[str, list[float]] = {layout: [] for layout in LAYOUTS}
     for round_ in range(rounds + 1):    # round 0 warms up
         for layout in LAYOUTS:
             rate = decode_rate(*jobs[layout])
             if round_:
                 decode_rates[layout].append(rate)
-    loaders = {layout: loader_for(stores[layout], layout) for layout in LAYOUTS}
+    loaders = {layout: loader_for(stores[layout]) for layout in LAYOUTS}
     streams = {layout: endless(loaders[layout]) for layout in LAYOUTS}
     loader_rates: dict[str, list[float]] = {layout: [] for layout in LAYOUTS}
     for layout in LAYOUTS:      # warm-up: threads, buffers, page cache
@@ -136,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                      "decode_img_s": Spread.of(decode_rates[layout]).median,
                      "pack_s": Spread.of(pack_seconds[layout]).median,
                      "size_mib": stores[layout].stat().st_size / 2**20,
-                     "decoder": repr(jobs[layout][0])})
+                     "decoder": repr(loaders[layout].source.decoder)})
     grid, original = rows[1], rows[0]
     ratios = {"loader": ratio(grid["loader_img_s"], original["loader_img_s"]),
               "decode_one_thread": ratio(grid["decode_img_s"], original["decode_img_s"]),

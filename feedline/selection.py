@@ -62,13 +62,7 @@ def resolve_engine_and_decoder(engine="auto", decoder="auto", device: str = "cpu
     if engine is Engine.AUTO:
         engine = _auto_engine(decoder, device, log_level)
     if engine is Engine.THREADS:
-        chosen = thread_decoder(decoder, store, strict, log_level)
-        if strict is None and isinstance(decoder, str) and is_grid_store(store):
-            # A grid store's crops are spliced and decoded alone; a Decoder instance the
-            # user passed is used as it is.
-            from .decoders.grid_decoder import grid_decoder_for
-            chosen = grid_decoder_for(store, chosen)
-        return Selection(engine, chosen)
+        return Selection(engine, thread_decoder(decoder, store, strict, log_level))
     if engine is Engine.GPU and not device.startswith("cuda"):
         raise BackendUnavailable("engine='gpu' decodes on a CUDA device; pass device='cuda' "
                                  "(or decode on CPU threads: engine='threads')")
@@ -95,13 +89,19 @@ def check_names(engine, decoder):
 
 
 def thread_decoder(decoder, store=None, strict: bool | None = None, log_level: int = logging.INFO) -> "Decoder":
-    """The per-image decoder for ``decoder=`` (a name, "auto", or a Decoder used as it is)."""
+    """The per-image decoder for ``decoder=`` (a name, "auto", or a Decoder used as it is)
+    reading ``store``: with the loader's rule (``strict=None``) a grid store's GridDecoder
+    (its crops spliced and decoded alone, strictly), else the lenient region decode on a
+    store decoded at pack time, else the decoder in its strict mode."""
     from .decoders.base import Decoder
     if isinstance(decoder, Decoder):
         return decoder
     if not isinstance(decoder, str):
         raise TypeError(f"decoder must be a decoder's name or a Decoder, got {type(decoder).__name__}")
     name = auto_decoder_name(log_level) if decoder == "auto" else decoder
+    if strict is None and is_grid_store(store):   # a lenient region decode would go unused
+        from .decoders.grid_decoder import grid_decoder_for
+        return grid_decoder_for(store, _build(name))
     if strict is None and decoded_at_pack(store) and registration(name).lenient_region:
         log.log(log_level, "%s: decoded cleanly at pack time and checksummed: decoding with %s leniently "
                 "(only the crop's region)", store.filename, name)

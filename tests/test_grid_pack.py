@@ -4,6 +4,7 @@ original store gives for the same (seed, epoch, index)."""
 from __future__ import annotations
 
 import io
+import logging
 import os
 import random
 import shutil
@@ -20,8 +21,10 @@ from feedline import FeedLoader, open_dataset
 from feedline.decoders import get_decoder
 from feedline.decoders.grid_decoder import GridDecoder, grid_decoder_for, is_grid_store
 from feedline.decoders.jpeg_grid import parse_grid
+from feedline.decoders.registry import registration
 from feedline.errors import PackError
 from feedline.sample import make_image, make_photo_folder, photo_paths
+from feedline.selection import auto_decoder_name
 
 SIZE = 48
 STD = 255 * np.array([0.229, 0.224, 0.225])   # the loader's normalization, in uint8 levels
@@ -192,3 +195,19 @@ def test_the_space_check_allows_for_the_grid_being_larger(tmp_path, monkeypatch)
     disk_space.check_room(str(tmp_path / "out.h5"), "hdf5", lengths, 2000)
     with pytest.raises(DiskFullError, match="overhead and the grid layout"):
         disk_space.check_room(str(tmp_path / "out.h5"), "hdf5", lengths, 2000, "grid")
+
+
+def test_a_grid_store_decoded_at_pack_time_gets_the_grid_decoder_not_a_lenient_one(folder, tmp_path, caplog):
+    """`--check decode` on a grid store: the crops are spliced and decoded strictly by the
+    GridDecoder, so no lenient region decoder is built, nor said to be."""
+    if not registration(auto_decoder_name()).lenient_region:
+        pytest.skip("decoder 'auto' has no lenient region decode here: nothing to tell apart")
+    path = str(tmp_path / "checked-grid.lmdb")
+    pack(folder, path, PackOptions(progress=False, layout="grid", check="decode"))
+    with caplog.at_level(logging.INFO), FeedLoader(path, batch_size=4, size=SIZE, device="cpu") as loader:
+        decoder = loader.source.decoder
+        assert isinstance(decoder, GridDecoder) and decoder.whole.strict
+        next(iter(loader))
+    said = [r.getMessage() for r in caplog.records]
+    assert any("restart-marker grid store" in m for m in said), said
+    assert not any("leniently" in m for m in said), said
