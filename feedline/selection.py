@@ -115,10 +115,8 @@ def thread_decoder(decoder, store=None, strict: bool | None = None, log_level: i
 
 
 def decoder_by_name(name: str, **options) -> "Decoder":
-    """``feedline.decoders.get_decoder``: a new decoder ``name`` ("auto": the best strict one)."""
-    if name in ("dali", "gpu", "threads"):
-        raise ValueError(f"{name!r} is not a per-image decoder but an engine, which decodes whole batches "
-                         f"in its own pipeline: use it through FeedLoader(..., engine={name!r})")
+    """``feedline.decoders.get_decoder``: a new decoder ``name`` ("auto": the best strict one;
+    an engine's name is a ValueError that says to pass it as engine=, from the registry)."""
     return _build(auto_decoder_name(logging.INFO) if name == "auto" else name, **options)
 
 
