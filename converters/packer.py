@@ -131,7 +131,8 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
                          source=scan.root, created=_utc_now(),
                          feedline_version=__version__, shard=shard, fields=scan.fields)
         meta[INPUT_DIGEST_KEY] = digest
-        if options.check is PackCheck.DECODE:  # known only when every JPEG was decoded
+        # Known only when every JPEG's data was read: decoded, or transcoded to the grid.
+        if options.check is PackCheck.DECODE or options.layout is Layout.GRID:
             meta["jpeg_warnings"] = tally.jpeg_warnings
         columns = column_bytes(tally.labels, tally.sizes, tally.paths, tally.checksums)
         columns.update(target_column_bytes(scan, tally.paths))
