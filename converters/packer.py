@@ -25,6 +25,7 @@ from feedline.durable import fsync_folder
 from feedline.errors import DiskFullError, PackError
 from feedline.format import checksum, column_bytes, make_meta
 from feedline.scan import ScanResult, scan_folder, shuffled
+from feedline.unwritable import file_in_the_way
 
 from .complete import INPUT_DIGEST_KEY, report_complete
 from .decode_check import DecodeCheck, DecodeChecker
@@ -185,10 +186,8 @@ def _check_out(out: str, options: PackOptions) -> None:
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
-        above = folder
-        while not os.path.lexists(above):
-            above = os.path.dirname(above)
-        why = f"{above} is a file, not a folder" if not os.path.isdir(above) else exc.strerror
+        blocker = file_in_the_way(out)
+        why = f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror
         raise PackError(f"{folder}: cannot create the output folder ({why}); "
                         "choose a writable place for OUT") from None
 
