@@ -21,11 +21,18 @@ JOURNAL_VERSION = 2   # 2: checksums per record
 
 
 def scan_digest(scan: ScanResult) -> str:
-    """A digest of what was scanned (paths, labels, classes): resuming needs the same input."""
+    """A digest of what was scanned (paths, labels, classes, and the values of any fields beyond
+    label): resuming needs the same input. A label-only scan hashes as it always did, so the
+    journals and input digests written before fields existed still match."""
     h = hashlib.sha256()
     h.update(json.dumps(scan.classes).encode())
     for path, label in zip(scan.paths, scan.labels):
         h.update(b"%d\t%s\n" % (label, path.encode("utf-8", "surrogateescape")))
+    if scan.targets is not None and scan.targets.fields:
+        h.update(json.dumps(scan.fields, sort_keys=True).encode())
+        for name, buf in scan.targets.to_bytes().items():
+            h.update(b"\n%s %d\n" % (name.encode(), len(buf)))
+            h.update(buf)
     return h.hexdigest()
 
 

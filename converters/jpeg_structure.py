@@ -36,6 +36,7 @@ class _Walk:
         self.progressive = False
         self.latched: set[int] = set()
         self.scans = 0
+        self.marker_at: np.ndarray | None = None   # every marker's 0xFF, found once per file (scan_end)
 
     def run(self) -> None:
         self.markers()
@@ -157,12 +158,16 @@ class _Walk:
         return (kind, table) in self.huff
 
     def scan_end(self, pos: int) -> int:
-        """The offset of the first marker after the entropy-coded data starting at ``pos``."""
-        entropy = np.frombuffer(self.data, dtype=np.uint8, offset=pos)
-        ff = np.flatnonzero(entropy[:-1] == 0xFF)
-        follow = entropy[ff + 1]
-        ends = ff[(follow != 0) & ((follow & 0xF8) != 0xD0) & (follow != 0xFF)]
-        return pos + int(ends[0]) if len(ends) else self.n
+        """The offset of the first marker after the entropy-coded data starting at ``pos``.
+        The markers of the whole file are found on the first call, so a progressive JPEG's
+        many scans cost one pass over the file, not one each."""
+        if self.marker_at is None:
+            data = np.frombuffer(self.data, dtype=np.uint8)
+            ff = np.flatnonzero(data[:-1] == 0xFF)
+            follow = data[ff + 1]   # not stuffing (00), a restart marker (D0-D7) or fill (FF)
+            self.marker_at = ff[(follow != 0) & ((follow & 0xF8) != 0xD0) & (follow != 0xFF)]
+        k = int(np.searchsorted(self.marker_at, pos))
+        return int(self.marker_at[k]) if k < len(self.marker_at) else self.n
 
 
 def _codes_fit(counts: bytes) -> bool:

@@ -21,7 +21,8 @@ Calling libjpeg through ctypes needs two things a C caller gets from the headers
   `jpeg_structure` finds first, so they do not reach libjpeg; should one get through,
   each costs a parked thread, and after ``MAX_PARKED`` of them the pack stops with a
   PackError instead of leaking more. Warnings (corrupt or cut-short data) are counted by
-  libjpeg and make the file corrupt, as a strict decode does.
+  libjpeg; as for a strict decode, the first one decides (`jpeg_warnings.is_benign`): a
+  benign one keeps the transcode and is handed back, any other makes the file corrupt.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import os
 import queue
 import threading
 
+from feedline.decoders.jpeg_warnings import is_benign
 from feedline.errors import PackError
 
 from .jpeg_structure import StructureError, check_structure
@@ -251,9 +253,11 @@ class _Call:
             lib.jpeg_write_coefficients(dst, coefficients)
             lib.jpeg_finish_compress(dst)
             lib.jpeg_finish_decompress(src)
-            warnings = ctypes.c_long.from_buffer(src_err, _ERR_NUM_WARNINGS).value
-            result = ctypes.string_at(out.value, size.value) if not warnings else None
-            error = (self.warning or _message(ctypes.addressof(src))) if warnings else None
+            if ctypes.c_long.from_buffer(src_err, _ERR_NUM_WARNINGS).value:
+                self.warning = self.warning or _message(ctypes.addressof(src))
+            benign = self.warning is None or is_benign(self.warning)
+            result = ctypes.string_at(out.value, size.value) if benign else None
+            error = None if benign else self.warning
             lib.jpeg_destroy_compress(dst)
             lib.jpeg_destroy_decompress(src)
             if out.value:
@@ -266,7 +270,13 @@ class _Call:
 
 def transcode_to_grid(data: bytes, optimize: bool = False) -> bytes:
     """``data`` (a JPEG) with a restart marker after every MCU, losslessly, as one baseline
-    scan; TranscodeError when libjpeg-turbo meets damaged data (a warning or a fatal error)."""
+    scan; TranscodeError when libjpeg-turbo meets damaged data (a warning that is not benign,
+    or a fatal error)."""
+    return transcode_to_grid_warned(data, optimize)[0]
+
+
+def transcode_to_grid_warned(data: bytes, optimize: bool = False) -> tuple[bytes, str | None]:
+    """`transcode_to_grid`, and libjpeg's benign warning (`jpeg_warnings`) if it met one."""
     if len(data) < 4:
         raise TranscodeError("too short to be a JPEG")
     try:
@@ -280,4 +290,4 @@ def transcode_to_grid(data: bytes, optimize: bool = False) -> bytes:
         raise call.exception
     if call.error is not None:
         raise TranscodeError(call.error)
-    return call.result
+    return call.result, call.warning

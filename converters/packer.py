@@ -25,6 +25,7 @@ from feedline.durable import fsync_folder
 from feedline.errors import DiskFullError, PackError
 from feedline.format import checksum, column_bytes, make_meta
 from feedline.scan import ScanResult, scan_folder, shuffled
+from feedline.unwritable import file_in_the_way
 
 from .complete import INPUT_DIGEST_KEY, report_complete
 from .decode_check import DecodeCheck, DecodeChecker
@@ -131,7 +132,8 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
                          source=scan.root, created=_utc_now(),
                          feedline_version=__version__, shard=shard, fields=scan.fields)
         meta[INPUT_DIGEST_KEY] = digest
-        if options.check is PackCheck.DECODE:  # known only when every JPEG was decoded
+        # Known only when every JPEG's data was read: decoded, or transcoded to the grid.
+        if options.check is PackCheck.DECODE or options.layout is Layout.GRID:
             meta["jpeg_warnings"] = tally.jpeg_warnings
         columns = column_bytes(tally.labels, tally.sizes, tally.paths, tally.checksums)
         columns.update(target_column_bytes(scan, tally.paths))
@@ -184,10 +186,8 @@ def _check_out(out: str, options: PackOptions) -> None:
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
-        above = folder
-        while not os.path.lexists(above):
-            above = os.path.dirname(above)
-        why = f"{above} is a file, not a folder" if not os.path.isdir(above) else exc.strerror
+        blocker = file_in_the_way(out)
+        why = f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror
         raise PackError(f"{folder}: cannot create the output folder ({why}); "
                         "choose a writable place for OUT") from None
 

@@ -57,12 +57,8 @@ def _pack_id(scan: ScanResult, options: PackOptions, fmt, ranges: list[tuple[int
     """The same for every shard of one pack, on any machine: the input, the options that
     shape the output (the labels file by content, not by its path) and the plan."""
     wanted = {k: v for k, v in options.output_options(fmt).items() if k != "labels_csv"}
-    targets = scan.targets if scan.targets is not None and scan.targets.fields else None
-    extra = [] if targets is None else [scan.fields]
-    h = hashlib.sha256(json.dumps([scan_digest(scan), wanted, ranges, *extra], sort_keys=True).encode())
-    for buf in (targets.to_bytes().values() if targets is not None else ()):
-        h.update(buf)   # the other fields' values: shards packed from other labels files do not join
-    return h.hexdigest()[:32]
+    # scan_digest covers the fields' values: shards packed from other labels files do not join.
+    return hashlib.sha256(json.dumps([scan_digest(scan), wanted, ranges], sort_keys=True).encode()).hexdigest()[:32]
 
 
 def _part(scan: ScanResult, start: int, stop: int) -> ScanResult:

@@ -17,13 +17,14 @@ import math
 import os
 import re
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .errors import FeedlineError
 from .labels_csv import SEVERAL, is_int, read_csv
 from .labels_jsonl import read_jsonl
-from .targets import TargetColumns
+
+if TYPE_CHECKING:
+    from .targets import TargetColumns
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class LabelsTable:
     rows: dict[str, int]          # relative path -> row number
     position: dict[str, int]      # relative path -> place in file order
     labels: list[int]             # the label of each row; -1 without a label column
-    targets: TargetColumns        # the other fields (labels, target, boxes), in file order
+    targets: TargetColumns | None  # the other fields (labels, target, boxes) in file order; None if none
 
 
 def is_jsonl(path: str) -> bool:
@@ -139,7 +140,7 @@ def read_labels_file(path: str) -> LabelsTable:
                         position={rel: k for k, (_, rel, _) in enumerate(rows)},
                         labels=[index[p["label"]] if "label" in p else -1 for p in parsed],
                         targets=_columns(parser, rows, parsed, index))
-    table.fields = ({"label": {}} if "label" in fields else {}) | table.targets.fields
+    table.fields = ({"label": {}} if "label" in fields else {}) | (table.targets.fields if table.targets else {})
     _warn_ids(table, parsed)
     return table
 
@@ -188,9 +189,16 @@ def _classes(parser: _Parser, parsed: list[tuple[int, dict]]) -> tuple[list[str]
     return classes, {name: i for i, name in enumerate(classes)}
 
 
-def _columns(parser: _Parser, rows, parsed: list[dict], index: dict[str, int]) -> TargetColumns:
-    n = len(parsed)
+def _columns(parser: _Parser, rows, parsed: list[dict], index: dict[str, int]) -> TargetColumns | None:
+    """The fields beyond label as columns; None for a label-only file, which so needs no numpy
+    (a JPEG pack with a path,label file imports none)."""
     first = parsed[0]
+    if not {"labels", "target", "boxes"} & first.keys():
+        return None
+    import numpy as np
+
+    from .targets import TargetColumns
+    n = len(parsed)
     fields, arrays = {}, {}
     if "labels" in first:
         counts = [len(p["labels"]) for p in parsed]

@@ -216,7 +216,7 @@ def _top_images(root: str) -> list[str]:
 
 def _scan_with_csv(root: str, labels_file: str) -> ScanResult:
     """The folder's images labelled by the labels file; unlisted images and missing files reported."""
-    from .labels_file import read_labels_file   # numpy: only when there is a labels file
+    from .labels_file import read_labels_file   # numpy: only for fields beyond label
     table = read_labels_file(labels_file)
     images, problems = all_images(root)
     on_disk = set(images)
@@ -233,7 +233,7 @@ def _scan_with_csv(root: str, labels_file: str) -> ScanResult:
                  for rel in images if rel not in table.rows]
     places = [table.position[p] for p in paths]
     return ScanResult(root, paths, [table.labels[k] for k in places], table.classes, problems,
-                      fields=table.fields, targets=table.targets.take(places))
+                      fields=table.fields, targets=None if table.targets is None else table.targets.take(places))
 
 
 def _log_problems(root: str, problems: list[Unscanned]) -> None:

@@ -71,10 +71,6 @@ class TargetColumns:
                        for field in self.fields for name in FIELD_COLUMNS[field]}
         _check_columns(self.fields, self.arrays, count)
 
-    @classmethod
-    def empty(cls, count: int) -> "TargetColumns":
-        return cls({}, {}, count)
-
     def __len__(self) -> int:
         return self.count
 
@@ -83,10 +79,9 @@ class TargetColumns:
     def column_names(self) -> list[str]:
         return [name for field in self.fields for name in FIELD_COLUMNS[field]]
 
-    def to_bytes(self, skip_label: bool = True) -> dict[str, bytes]:
+    def to_bytes(self) -> dict[str, bytes]:
         """The stored bytes of each column; the ``labels`` column is left to `format.column_bytes`."""
-        return {name: self.arrays[name].tobytes() for name in self.column_names()
-                if not (skip_label and name == "labels")}
+        return {name: self.arrays[name].tobytes() for name in self.column_names() if name != "labels"}
 
     @classmethod
     def from_buffers(cls, fields: dict, buffers: dict, count: int) -> "TargetColumns":

@@ -43,7 +43,7 @@ def unwritable_line(exc: OSError, out: str | os.PathLike | None, flag: str = "OU
     if not _related(where, target):
         return None
     if exc.errno in (errno.ENOTDIR, errno.EEXIST):
-        blocker = _file_in_the_way(target)
+        blocker = file_in_the_way(target)
         if blocker is not None:
             where, why = blocker, f"{blocker} is a file, not a folder"
     return (f"{where}: cannot write {flag} {target} ({why}); "
@@ -56,7 +56,7 @@ def _related(where: str, target: str) -> bool:
     return (where.startswith(target) or target.startswith(where.rstrip(os.sep) + os.sep))
 
 
-def _file_in_the_way(target: str) -> str | None:
+def file_in_the_way(target: str) -> str | None:
     """The nearest existing ancestor of ``target`` when it is not a folder."""
     path = os.path.dirname(target)
     while path and not os.path.lexists(path):

@@ -160,3 +160,29 @@ def test_resume_with_other_options_lists_every_difference(mixed, tmp_path, monke
     assert str(err.value) == (f"{out}.partial: the interrupted pack used other options (max_side: None then, 64 now, "
                               "quality: 95 then, 80 now); rerun with the same options, or start over with "
                               "--overwrite and no --resume")
+
+
+def test_resume_is_refused_when_a_labels_file_changed_a_target_value(tmp_path, monkeypatch):
+    """The same files and labels with another `target` value is another data set: the input
+    digest covers the values of the fields beyond label, for a complete OUT and a partial one."""
+    from targets_helpers import labelled_folder
+    src, labels = labelled_folder(str(tmp_path), n=8, fields=("label", "target"))
+    out = str(tmp_path / "o.lmdb")
+    pack(src, out, labels_csv=labels, commit_every=2)
+    assert pack(src, out, labels_csv=labels, resume=True, commit_every=2).already_complete
+    rows = [json.loads(line) for line in open(labels)]
+    rows[3]["target"][1] += 1.0
+    with open(labels, "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    with pytest.raises(PackError, match="complete but was packed from other input"):
+        pack(src, out, labels_csv=labels, resume=True, commit_every=2)
+    partial = str(tmp_path / "p.lmdb")
+    with monkeypatch.context() as m:
+        interrupt_at(m, src, 5)
+        with pytest.raises(KeyboardInterrupt):
+            pack(src, partial, labels_csv=labels, commit_every=2, jobs=1)
+    rows[6]["target"][0] -= 1.0
+    with open(labels, "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    with pytest.raises(PackError, match="source folder changed since the interrupted pack"):
+        pack(src, partial, labels_csv=labels, commit_every=2, resume=True)

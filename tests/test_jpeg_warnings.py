@@ -197,3 +197,27 @@ def test_a_default_pack_keeps_damage_for_verify_and_the_loader_to_find(folder, t
     assert result.jpeg_warnings == len(BENIGN)
     assert loader_bad_paths(out) == stored_damage
     assert loader_bad_paths(folder) == ["bad/cut-short.jpg", "bad/flipped-bits.jpg"]
+
+
+
+def test_a_grid_pack_keeps_a_benign_warning_and_counts_it(photo, plain_photo, tmp_path):
+    """--layout grid transcodes every JPEG, so it meets the warnings --check decode meets and
+    applies the same rule: damage is skipped as corrupt, a benign warning keeps the record (its
+    pixels whole) and is counted. (bad-exif-length is left out: the grid's structure check
+    refuses junk between segments before libjpeg sees it.)"""
+    from feedline.stores import open_dataset
+    src = tmp_path / "src"
+    for rel, data in {"good/clean.jpg": photo, "good/extraneous.jpg": extraneous_before_restart(photo),
+                      "good/jfif.jpg": unknown_jfif(photo), "bad/cut-short.jpg": cut_short(plain_photo),
+                      "bad/flipped-bits.jpg": flipped_bits(plain_photo)}.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_bytes(data)
+    out = tmp_path / "grid.lmdb"
+    report = pack(str(src), str(out), PackOptions(layout="grid", progress=False))
+    assert sorted(s.path for s in report.skipped) == ["bad/cut-short.jpg", "bad/flipped-bits.jpg"]
+    assert [s.reason.value for s in report.skipped if s.path == "bad/flipped-bits.jpg"] == ["corrupt"]
+    assert report.packed == 3 and report.jpeg_warnings == 2 and describe(str(out)).jpeg_warnings == 2
+    with open_dataset(str(out)) as store:
+        record = bytes(store.read([store.path(i) for i in range(len(store))].index("good/extraneous.jpg")))
+    assert np.array_equal(simplejpeg.decode_jpeg(record, "rgb"),
+                          simplejpeg.decode_jpeg(extraneous_before_restart(photo), "rgb", strict=False))

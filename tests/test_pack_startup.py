@@ -27,10 +27,10 @@ def jpegs(tmp_path_factory):
     return root
 
 
-def imported_by_pack(src: Path, out: Path) -> dict[str, str]:
-    """Run `python -X importtime -m feedline pack SRC OUT` in a fresh interpreter; returns
+def imported_by_pack(src: Path, out: Path, *args: str) -> dict[str, str]:
+    """Run `python -X importtime -m feedline pack SRC OUT [ARGS]` in a fresh interpreter; returns
     {top-level package: the chain of imports that first brought it in}."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "feedline", "pack", str(src), str(out)],
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "feedline", "pack", str(src), str(out), *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert out.exists() and "packed" in done.stdout
@@ -57,6 +57,19 @@ def test_jpegs_to_lmdb_import_no_image_library_no_numpy_no_h5py(jpegs, tmp_path)
     assert unwanted == {}
     with open_dataset(str(tmp_path / "out.lmdb")) as store:
         assert len(store) == 6
+
+
+def test_jpegs_with_a_path_label_csv_import_no_numpy(jpegs, tmp_path):
+    """A plain path,label labels file needs no numpy (fields beyond label do)."""
+    paths = sorted(p.relative_to(jpegs).as_posix() for p in jpegs.rglob("*.jpg"))
+    labels = tmp_path / "labels.csv"
+    labels.write_text("path,label\n" + "".join(f"{p},{'cat' if k % 2 else 'dog'}\n" for k, p in enumerate(paths)))
+    imported = imported_by_pack(jpegs, tmp_path / "out.lmdb", "--labels", str(labels))
+    assert "lmdb" in imported and "feedline" in imported
+    unwanted = {name: imported[name] for name in (*IMAGE_LIBRARIES, "h5py", "numpy") if name in imported}
+    assert unwanted == {}
+    with open_dataset(str(tmp_path / "out.lmdb")) as store:
+        assert len(store) == 6 and store.classes == ["cat", "dog"]
 
 
 def test_jpegs_to_hdf5_import_no_image_library(jpegs, tmp_path):
