@@ -161,6 +161,13 @@ class LoaderConfig:
                              f"must stay inside the crop), got {self.min_box_visibility!r}")
 
 
+def ring_slots(config: LoaderConfig) -> int:
+    """The slots of the thread engine's ring (its buffers, and the memory check's): the
+    ``prefetch`` batches filled ahead and two more, the batch the consumer holds and the one
+    before it (host_output.py)."""
+    return config.prefetch + 2
+
+
 def usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
