@@ -12,7 +12,7 @@ import logging
 import sys
 from typing import Callable
 
-from bench.common import SAVE_HELP, MeasurementError
+from bench.common import QUICK_SAVE_REFUSED, SAVE_HELP, MeasurementError
 
 DATA_HELP = ("packed .lmdb/.h5 file or image folder (default: photo-like JPEGs generated from the "
              "shipped photos into --cache-dir, and packed there)")
@@ -43,7 +43,7 @@ def output_arguments(p: argparse.ArgumentParser, name: str) -> None:
 def check_output_flags(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """--quick with --save is refused (argparse's exit 2): a quick run is not kept."""
     if getattr(args, "quick", False) and args.save:
-        p.error("--save keeps full runs only: a --quick run measures too little to keep")
+        p.error(QUICK_SAVE_REFUSED)
 
 
 def names(text: str) -> tuple[str, ...]:
@@ -71,10 +71,7 @@ def run_main(prog: str, description: str, options_cls, quick: dict,
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
-    if args.quick and args.save:
-        print(f"{prog}: error: --save keeps full runs only: a --quick run measures too little to keep",
-              file=sys.stderr)
-        return 2
+    check_output_flags(p, args)
     try:
         options = options_from_args(options_cls, quick, args)
     except ValueError as exc:

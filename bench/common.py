@@ -33,6 +33,8 @@ LOCAL_DIR = RESULTS_DIR / "local"    # full runs not --save'd (git ignores it)
 QUICK_DIR = RESULTS_DIR / "quick"    # --quick runs (git ignores it)
 SAVE_HELP = ("write bench/results/NAME.json, the committed results (default: bench/results/local/, "
              "or bench/results/quick/ with --quick, which git ignores)")
+# The one refusal: bench.args.check_output_flags says it before a run, results_path guards callers
+QUICK_SAVE_REFUSED = "--save keeps full runs only: a --quick run measures too little to keep"
 
 
 class MeasurementError(RuntimeError):
@@ -136,7 +138,7 @@ def results_path(name: str, out: str | os.PathLike | None = None, *, quick: bool
     if out is not None:
         return Path(out)
     if quick and save:
-        raise ValueError("--save keeps full runs only: a --quick run measures too little to keep")
+        raise ValueError(QUICK_SAVE_REFUSED)
     if quick:
         return QUICK_DIR / f"{name}.json"
     return (RESULTS_DIR if save else LOCAL_DIR) / f"{name}.json"

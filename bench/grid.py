@@ -86,14 +86,15 @@ def decode_rate(decoder, jobs) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.args import check_output_flags, output_arguments
     p = argparse.ArgumentParser(prog="bench/grid.py", description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=600, help="photo-like JPEGs generated (default 600)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--batches", type=int, default=12, help="timed batches of 64 per loader and round")
     p.add_argument("--quick", action="store_true", help="a tiny run, to check the script works")
-    p.add_argument("--save", action="store_true", help="write bench/results/grid.json (else bench/results/local/)")
-    p.add_argument("--out", help="JSON path")
+    output_arguments(p, "grid")
     args = p.parse_args(argv)
+    check_output_flags(p, args)
     n, rounds, batches = (80, 1, 1) if args.quick else (args.n, args.rounds, args.batches)
     from feedline.sample import make_photo_folder
     work = Path(tempfile.mkdtemp(prefix="feedline-grid-bench-"))

@@ -174,13 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from feedline import open_dataset
+    from bench.args import check_output_flags, output_arguments
     p = argparse.ArgumentParser(prog="bench/profile_thread.py", description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=300, help="photo-like JPEGs generated (default 300)")
     p.add_argument("--batches", type=int, default=12, help="batches profiled on the consumer (default 12)")
     p.add_argument("--quick", action="store_true", help="a tiny run, to check the script works")
-    p.add_argument("--save", action="store_true", help="write bench/results/profile_thread.json")
-    p.add_argument("--out", help="JSON path")
+    output_arguments(p, "profile_thread")
     args = p.parse_args(argv)
+    check_output_flags(p, args)
     n, batches = (64, 2) if args.quick else (args.n, args.batches)
     from bench.grid import pack_cli
     from feedline.sample import make_photo_folder

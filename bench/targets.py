@@ -20,7 +20,7 @@ if __package__ in (None, ""):
 
 from bench.args import check_output_flags, output_arguments
 from bench.common import Spread, fmt, format_table, printed, ratio, say, target, targets_table, timed, write_results
-from bench.targets_fill import labels_file
+from bench.targets_fill import packed_pair
 
 QUICK = {"images": 16, "batch": 8, "size": 64, "repeats": 1}
 
@@ -48,19 +48,12 @@ def main(argv=None) -> None:
         for k, v in QUICK.items():
             setattr(args, k, v)
     import feedline
-    from converters import pack
-    from feedline.sample import make_photo_folder
     with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        make_photo_folder(str(tmp / "src"), n=args.images, classes=4, seed=0)
-        pack(str(tmp / "src"), str(tmp / "plain.lmdb"), progress=False)
-        with feedline.open_dataset(str(tmp / "plain.lmdb")) as plain:
-            labels_file(plain, tmp / "l.jsonl")
-        pack(str(tmp / "src"), str(tmp / "boxes.lmdb"), labels_csv=str(tmp / "l.jsonl"), progress=False)
+        plain, boxes = packed_pair(Path(tmp), args.images, classes=4)
         kw = dict(batch_size=args.batch, size=args.size, shuffle=True, train=True, device="cpu",
                   num_threads=args.threads or "auto", seed=0)
-        names = {"label": "plain.lmdb", "label + labels + boxes": "boxes.lmdb"}
-        loaders = {name: feedline.FeedLoader(str(tmp / f), **kw) for name, f in names.items()}
+        paths = {"label": plain, "label + labels + boxes": boxes}
+        loaders = {name: feedline.FeedLoader(str(path), **kw) for name, path in paths.items()}
         try:
             for loader in loaders.values():
                 epoch(loader)   # warm up: page cache, threads, ring

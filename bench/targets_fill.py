@@ -2,11 +2,12 @@
 for label + labels + boxes (through the batch's crops and flips), against decoding and cropping
 the same batch on one thread, side by side in one run.
 
-    python bench/targets_fill.py [--images 256] [--batch 64] [--repeats 5] [--out PATH]
+    python bench/targets_fill.py [--images 256] [--batch 64] [--repeats 5] [--out PATH] [--save]
 
 Data: ``--images`` photo-like JPEGs (`feedline sample`'s generator) packed to LMDB twice: with
 their class folders alone, and with a JSON Lines labels file giving each image 1-3 classes of 80
-and 0-20 boxes (7 on average, as COCO). Writes bench/results/targets_fill.json. The issue's
+and 0-20 boxes (7 on average, as COCO). Writes bench/results/local/targets_fill.json
+(bench/results/targets_fill.json with --save). The issue's
 bound (an epoch with labels + boxes within 5% of labels alone) is checked here per batch: the
 extra fill time over the batch's decode time.
 """
@@ -23,6 +24,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from bench.args import check_output_flags, output_arguments
 from bench.common import Spread, fmt, format_table, printed, ratio, say, target, targets_table, timed, write_results
 
 
@@ -40,32 +42,39 @@ def labels_file(store, path: Path, seed: int = 0) -> None:
                                  "boxes": boxes}) + "\n")
 
 
+def packed_pair(tmp: Path, images: int, classes: int) -> tuple[Path, Path]:
+    """``images`` photo-like JPEGs in ``classes`` folders, packed to LMDB twice under ``tmp``:
+    plain.lmdb with the class folders alone, boxes.lmdb with `labels_file`'s labels and boxes."""
+    import feedline
+    from converters import pack
+    from feedline.sample import make_photo_folder
+    make_photo_folder(str(tmp / "src"), n=images, classes=classes, seed=0)
+    pack(str(tmp / "src"), str(tmp / "plain.lmdb"), progress=False)
+    with feedline.open_dataset(str(tmp / "plain.lmdb")) as plain:
+        labels_file(plain, tmp / "l.jsonl")
+    pack(str(tmp / "src"), str(tmp / "boxes.lmdb"), labels_csv=str(tmp / "l.jsonl"), progress=False)
+    return tmp / "plain.lmdb", tmp / "boxes.lmdb"
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--images", type=int, default=256)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--out")
+    output_arguments(p, "targets_fill")
     args = p.parse_args(argv)
+    check_output_flags(p, args)
     import feedline
-    from converters import pack
     from feedline.augment import AugmentSpec, plan
     from feedline.decoders import get_decoder
     from feedline.decoders.base import Box
-    from feedline.sample import make_photo_folder
 
     with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        make_photo_folder(str(tmp / "src"), n=args.images, classes=10, seed=0)
-        pack(str(tmp / "src"), str(tmp / "plain.lmdb"), progress=False)
-        with feedline.open_dataset(str(tmp / "plain.lmdb")) as plain:
-            labels_file(plain, tmp / "l.jsonl")
-        pack(str(tmp / "src"), str(tmp / "boxes.lmdb"), labels_csv=str(tmp / "l.jsonl"), progress=False)
+        plain_path, boxes_path = packed_pair(Path(tmp), args.images, classes=10)
         spec = AugmentSpec(size=(224, 224))
         decoder = get_decoder("auto")
         rows = []
-        with feedline.open_dataset(str(tmp / "plain.lmdb")) as plain, \
-                feedline.open_dataset(str(tmp / "boxes.lmdb")) as boxed:
+        with feedline.open_dataset(str(plain_path)) as plain, feedline.open_dataset(str(boxes_path)) as boxed:
             idx = np.arange(min(args.batch, len(plain)))
             crops, flips = plan(spec, 1, 0, idx, plain.sizes[idx, 0], plain.sizes[idx, 1])
             images = np.zeros((len(idx), 224, 224, 3), dtype=np.uint8)
@@ -92,7 +101,8 @@ def main(argv=None) -> None:
     say(format_table(rows, [("work", "work"), ("ms/batch", "ms per batch"), ("/ decode", "share of decode")]))
     checks = [target("boxes' extra fill / a batch's decode", extra, 0.05, at_least=False, unit="")]
     say(targets_table(checks))
-    path = write_results("targets_fill", rows, vars(args), args.out, targets=checks)
+    params = {k: v for k, v in vars(args).items() if k != "save"}
+    path = write_results("targets_fill", rows, params, args.out, targets=checks, save=args.save)
     say(f"wrote {path} (extra fill {fmt(extra)} of the decode)")
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .size_schedule import as_size
+
 _ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 times before its fallback
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -47,10 +49,7 @@ class AugmentSpec:
     flip: bool = True             # train only: horizontal flip with probability 1/2
 
     def __post_init__(self):
-        size = (self.size, self.size) if isinstance(self.size, int) else tuple(self.size)
-        if len(size) != 2 or min(size) < 1:
-            raise ValueError(f"size must be a positive int or (height, width), got {self.size!r}")
-        object.__setattr__(self, "size", (int(size[0]), int(size[1])))
+        object.__setattr__(self, "size", as_size(self.size, "size"))
         if not 0 < self.scale[0] <= self.scale[1]:
             raise ValueError(f"scale must satisfy 0 < min <= max, got {self.scale}")
         if not 0 < self.ratio[0] <= self.ratio[1]:

@@ -12,7 +12,7 @@ import torch
 from .augment import AugmentSpec
 from .choices import Engine, OnError, Order
 from .errors import BackendUnavailable
-from .size_schedule import SizeSchedule, schedule_of
+from .size_schedule import SizeSchedule
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -161,6 +161,13 @@ class LoaderConfig:
                              f"must stay inside the crop), got {self.min_box_visibility!r}")
 
 
+def ring_slots(config: LoaderConfig) -> int:
+    """The slots of the thread engine's ring (its buffers, and the memory check's): the
+    ``prefetch`` batches filled ahead and two more, the batch the consumer holds and the one
+    before it (host_output.py)."""
+    return config.prefetch + 2
+
+
 def usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -209,11 +216,9 @@ def choose_pinning(pin_memory) -> bool:
 
 def augment_spec(augment: AugmentSpec | None, **loose) -> AugmentSpec:
     """``augment=AugmentSpec(...)``, or one built from the loose keywords (size, train, scale,
-    ratio, crop_fraction, flip): one way or the other, not both."""
+    ratio, crop_fraction, flip): one way or the other, not both. With a size schedule the
+    caller passes epoch 0's size (LoaderConfig.spec_at gives the others)."""
     named = {k: tuple(v) if k in ("scale", "ratio") else v for k, v in loose.items() if v is not UNSET}
-    schedule = schedule_of(named.get("size"))
-    if schedule is not None:  # a size schedule: the spec holds epoch 0's size (LoaderConfig.spec_at the others)
-        named["size"] = schedule.at(0)
     return _one_way("augment", AugmentSpec, augment, named)
 
 

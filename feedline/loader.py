@@ -80,15 +80,15 @@ class FeedLoader:
         self.store = open_source(source)
         rank, world_size = distributed_position(rank, world_size)
         output = output_spec(output, device, mean=mean, std=std, dtype=dtype, channels_last=channels_last)
-        augment = augment_spec(augment, size=size, train=train, scale=scale, ratio=ratio,  # a schedule: epoch 0's
-                               crop_fraction=crop_fraction, flip=flip)
+        augment = augment_spec(augment, size=size if (schedule := schedule_of(size)) is None else schedule.at(0),
+                               train=train, scale=scale, ratio=ratio, crop_fraction=crop_fraction, flip=flip)
         chosen = resolve_engine_and_decoder(engine, decoder, output.device, self.store)
         self.config = LoaderConfig(
             batch_size=batch_size, order=choose_order(shuffle, order), drop_last=drop_last, seed=seed,
             num_threads=choose_threads(num_threads, num_workers), prefetch=prefetch, engine=chosen.engine,
             decoder=chosen.decoder_name, on_error=on_error, output=output, rank=rank, world_size=world_size,
             even_shards=even_shards, quasi_random=tuple(quasi_random), pin_memory=choose_pinning(pin_memory),
-            augment=augment, min_box_visibility=min_box_visibility, size_schedule=schedule_of(size),
+            augment=augment, min_box_visibility=min_box_visibility, size_schedule=schedule,
             transforms=transform_spec(transforms, batch_transforms))
         if self.config.order is Order.QUASI_RANDOM:
             warn_if_class_sorted(self.store, self.config.quasi_random)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .choices import Engine
-from .config import LoaderConfig
+from .config import LoaderConfig, ring_slots
 
 GIB = 1024 ** 3
 
@@ -23,7 +23,7 @@ def host_bytes(config: LoaderConfig) -> int:
         return 0
     pixels = batch_pixels(config)
     delivered = 0 if config.output.on_cuda else pixels * config.output.dtype.itemsize
-    return (config.prefetch + 2) * pixels + delivered
+    return ring_slots(config) * pixels + delivered
 
 
 def device_bytes(config: LoaderConfig) -> int:
@@ -64,7 +64,7 @@ def check_buffers_fit(config: LoaderConfig) -> None:
     advice = "use a smaller batch_size (or size, or prefetch)"
     need, free = host_bytes(config), available_host_bytes()
     if need and free is not None and need > free:
-        slots, batch = config.prefetch + 2, batch_pixels(config) / GIB
+        slots, batch = ring_slots(config), batch_pixels(config) / GIB
         raise MemoryError(f"{what}: the batch buffers need about {need / GIB:,.1f} GiB of memory ({slots} uint8 "
                           f"batches of {batch:,.2f} GiB for prefetch={config.prefetch}, and the batch delivered), "
                           f"but {free / GIB:,.1f} GiB is available; {advice}")

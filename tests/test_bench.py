@@ -260,7 +260,7 @@ def test_runs_leave_the_committed_results_alone_unless_saved(tmp_path):
     assert committed_results() == before
     ignored = subprocess.run(["git", "check-ignore", str(quick), str(local)], cwd=ROOT, capture_output=True, text=True)
     assert ignored.stdout.split() == [str(quick), str(local)]
-    for name in ("pack", "decoders", "loaders"):
+    for name in ("pack", "decoders", "loaders", "grid", "profile_thread", "targets", "before_after"):
         done = subprocess.run([sys.executable, str(ROOT / "bench" / f"{name}.py"), "--quick", "--save"],
                               capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert done.returncode == 2 and "--save keeps full runs only" in done.stderr, name

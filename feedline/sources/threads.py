@@ -11,7 +11,7 @@ from typing import Iterator
 
 import torch
 
-from ..config import LoaderConfig
+from ..config import LoaderConfig, ring_slots
 from ..decoders.base import Decoder
 from ..plan import EpochPlan
 from ..stats import LoaderStats
@@ -49,7 +49,7 @@ class ThreadBatches:
         self.ring = self._ring(config.augment.size)
 
     def _ring(self, size: tuple[int, int]):
-        c, slots = self.config, self.config.prefetch + 2
+        c, slots = self.config, ring_slots(self.config)
         if c.output.on_cuda:
             ring = StagingRing(slots, c.batch_size, size, pin=True)
         else:

@@ -17,15 +17,16 @@ from . import checkpoint
 from .config import TrainConfig, TrainError
 from .distributed import DistInfo, sum_over_ranks
 from .loop import Progress
+from .recipe_options import RecipeOptions
 from .report import Reporter
 from .step import StepRunner
 
 # What a resumed run must share with the run that saved: else the schedule, the data
 # order or the meaning of a step would differ. The value: what a checkpoint written before
-# the option existed meant.
+# the option existed meant (a recipe option's default; the evaluation size changes no step).
 _SAME = {"arch": None, "batch_size": None, "accum_steps": None, "seed": None, "epochs": None,
-         "order": "random", "aa": None, "color_jitter": 0.0, "reprob": 0.0, "mixup": 0.0, "cutmix": 0.0,
-         "mixup_prob": 1.0, "mixup_switch_prob": 0.5, "size_start": None, "size_ramp_epochs": 0}
+         "order": "random",
+         **{f.name: f.default for f in dataclasses.fields(RecipeOptions) if f.name != "eval_size"}}
 
 
 class Checkpoints:

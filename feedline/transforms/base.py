@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from ..augment import uniforms
 from ..errors import FeedlineError
-from .streams import draws, stream_of
+from .streams import stream_of
 
 Params = dict  # name -> numpy array with one row per sample
 
@@ -67,7 +68,7 @@ class SampleOp:
 
     def draw(self, seed: int, epoch: int, indices) -> Params:
         """This transform's parameters for the samples ``indices`` of ``epoch``."""
-        return self.params(draws(seed, epoch, indices, self.DRAWS, self.stream))
+        return self.params(uniforms(seed, epoch, indices, self.DRAWS, self.stream))
 
     def params(self, u: np.ndarray) -> Params:
         raise NotImplementedError

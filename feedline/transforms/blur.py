@@ -7,7 +7,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .base import Params, SampleOp, check_interval
+from .base import Params, SampleOp, check_interval, to_u8
 
 
 def kernel1d(size: int, sigma) -> np.ndarray:
@@ -43,7 +43,7 @@ class GaussianBlur(SampleOp):
         kx = kernel1d(self.kernel_size[0], p["sigma"])[0].astype(np.float32)
         ky = kernel1d(self.kernel_size[1], p["sigma"])[0].astype(np.float32)
         out = cv2.sepFilter2D(image.astype(np.float32), -1, kx, ky, borderType=cv2.BORDER_REFLECT_101)
-        return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+        return to_u8(out)
 
     def apply_torch(self, images: torch.Tensor, params: Params) -> torch.Tensor:
         n, c, h, w = images.shape

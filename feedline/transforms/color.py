@@ -17,7 +17,8 @@ GRAY = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # ITU-R 601-2: PIL's "
 _SMOOTH = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=np.float32) / 13  # PIL's SMOOTH
 
 
-def _per_sample(f, x: torch.Tensor) -> torch.Tensor:
+def per_sample(f, x: torch.Tensor) -> torch.Tensor:
+    """A batch's per-sample parameter ``f`` as an N x 1 x 1 x 1 tensor beside ``x``."""
     return torch.as_tensor(f, dtype=x.dtype, device=x.device).reshape(-1, 1, 1, 1)
 
 
@@ -76,7 +77,7 @@ def gray_t(x: torch.Tensor) -> torch.Tensor:
 
 
 def blend_t(x, other, factor) -> torch.Tensor:
-    f = _per_sample(factor, x)
+    f = per_sample(factor, x)
     return (f * x + (1 - f) * other).round_().clamp_(0, 255)
 
 
@@ -130,7 +131,7 @@ def _hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
 
 def hue_t(x, shift):
     hsv = _rgb_to_hsv(x / 255)
-    hsv[:, 0] = torch.remainder(hsv[:, 0] + _per_sample(shift, x)[:, 0], 1.0)
+    hsv[:, 0] = torch.remainder(hsv[:, 0] + per_sample(shift, x)[:, 0], 1.0)
     return (_hsv_to_rgb(hsv) * 255).round_().clamp_(0, 255)
 
 

@@ -14,10 +14,10 @@ import math
 import numpy as np
 import torch
 
-from .base import Params, SampleOp, check_interval, check_probability
+from ..config import IMAGENET_MEAN, IMAGENET_STD
+from .base import Params, SampleOp, check_interval, check_probability, to_u8
 
 _TRIES = 10
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def erase_boxes(u: np.ndarray, height: int, width: int, scale, ratio) -> np.ndarray:
@@ -66,7 +66,7 @@ class RandomErasing(SampleOp):
     def noise(self, key, height: int, width: int) -> np.ndarray:
         """The uint8 height x width x 3 fill of value="random" for one sample's key."""
         z = np.random.Generator(np.random.Philox(int(key))).standard_normal((height, width, 3))
-        return np.clip(np.rint(255 * (np.asarray(self.mean) + np.asarray(self.std) * z)), 0, 255).astype(np.uint8)
+        return to_u8(255 * (np.asarray(self.mean) + np.asarray(self.std) * z))
 
     def params(self, u: np.ndarray) -> Params:
         return {"apply": u[:, 0] < self.p, "u": u[:, 1:-1],

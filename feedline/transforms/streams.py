@@ -12,8 +12,6 @@ import zlib
 
 import numpy as np
 
-from ..augment import uniforms
-
 _MASK64 = (1 << 64) - 1
 
 
@@ -22,11 +20,6 @@ def stream_of(name: str, occurrence: int = 0) -> int:
     bit 32 and occurrence + 1 above, so it is never a small number feedline reserves (the
     crop's stream is 0, the substitutes' 0x5B57)."""
     return zlib.crc32(name.encode()) | ((occurrence + 1) << 32)
-
-
-def draws(seed: int, epoch: int, indices, count: int, stream: int) -> np.ndarray:
-    """(len(indices), count) uniforms in [0, 1) of ``stream``, vectorized over the samples."""
-    return uniforms(seed, epoch, indices, count, stream)
 
 
 def generator(seed: int, epoch: int, key: int, stream: int) -> np.random.Generator:

@@ -7,6 +7,8 @@ import cv2
 import numpy as np
 import torch
 
+from .color import per_sample
+
 
 # --- numpy, one image ------------------------------------------------------------------
 
@@ -55,17 +57,13 @@ def equalize_np(img: np.ndarray) -> np.ndarray:
 
 # --- torch, a batch with one parameter per sample --------------------------------------
 
-def _per_sample(v, x: torch.Tensor) -> torch.Tensor:
-    return torch.as_tensor(v, dtype=x.dtype, device=x.device).reshape(-1, 1, 1, 1)
-
-
 def posterize_t(x: torch.Tensor, bits) -> torch.Tensor:
-    q = torch.pow(2.0, 8 - _per_sample(bits, x))
+    q = torch.pow(2.0, 8 - per_sample(bits, x))
     return torch.floor(x / q) * q
 
 
 def solarize_t(x: torch.Tensor, threshold) -> torch.Tensor:
-    return torch.where(x >= _per_sample(threshold, x), 255 - x, x)
+    return torch.where(x >= per_sample(threshold, x), 255 - x, x)
 
 
 def autocontrast_t(x: torch.Tensor) -> torch.Tensor:
