@@ -75,7 +75,7 @@ def main(argv=None) -> None:
     say(format_table(rows, [("targets", "targets"), ("epoch s", "epoch s"), ("images/s", "images/s"),
                             ("/ label", "vs label")]))
     checks = [target("epoch with labels + boxes / label alone", slower, 1.05, at_least=False)]
-    say(targets_table(checks))
+    say(targets_table(checks, args.quick))
     params = {k: v for k, v in vars(args).items() if k not in ("out", "save")}
     path = write_results("targets", rows, params, args.out, targets=checks, quick=args.quick, save=args.save)
     say(f"wrote {path} (labels + boxes take {fmt(slower)}x the epoch of the label alone)")
