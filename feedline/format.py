@@ -3,7 +3,14 @@
 A record is the encoded image, its targets, its (height, width), its source path
 relative to the packed folder and the checksum of its bytes. Per-record metadata lives
 in columns shared by both formats; the data-set metadata is one JSON object. No pickle
-anywhere.
+anywhere: a data file from elsewhere cannot run code. This module is the one definition
+the writers (``converters``) and the readers (``feedline.stores``) share; ``feedline info``
+shows a store's version and metadata.
+
+The metadata (``make_meta``): ``format`` ("feedline"), ``format_version``, ``checksum``
+("xxh3_64"), ``count``, ``classes`` (class names; class i is ``classes[i]``),
+``pack_options``, ``source``, ``created``, ``feedline_version``, and when present
+``fields`` (version 3) and ``shard`` (one shard of a set, below).
 
 Versions: 2 adds the ``checksums`` column (xxh3_64 of each record's bytes, computed
 at pack time, checked by ``Store.read_checked``). Version-1 files still open, without

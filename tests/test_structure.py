@@ -80,7 +80,7 @@ def test_no_import_circles():
     assert circles({name: imported(name, path, known) for name, path in known.items()}) == []
 
 
-# The layers of the README's table, lowest first: a module may import its own layer and the
+# The layers of docs/architecture.md's table, lowest first: a module may import its own layer and the
 # ones below, never one above. Shared definitions (errors, choices, config, plan, stats) sit
 # at the bottom with the formats.
 LAYERS = [
