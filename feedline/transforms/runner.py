@@ -182,7 +182,7 @@ class BatchTransforms:
     def _mix(self, step: Mixup, pos: int, images, targets, seed: int, epoch: int, indices):
         where = f"{self.argument}[{pos}] ({_name(step)})"
         if not isinstance(targets, dict):
-            return step(images, _mixable(targets), seed=seed, epoch=epoch, indices=indices)
+            return step(images, targets, seed=seed, epoch=epoch, indices=indices)
         if "boxes" in targets:
             raise TransformError(f"{where}: the targets have boxes, which a mixed image cannot keep; "
                                  f"drop the mixer, or the boxes field")
@@ -190,13 +190,8 @@ class BatchTransforms:
         if key is None:
             raise TransformError(f"{where}: mixing needs a 'label' (int) or 'labels' (multi-hot) target; "
                                  f"the targets have {', '.join(map(repr, targets))}")
-        images, mixed = step(images, _mixable(targets[key]), seed=seed, epoch=epoch, indices=indices)
+        images, mixed = step(images, targets[key], seed=seed, epoch=epoch, indices=indices)
         return images, {**targets, key: mixed}
-
-
-def _mixable(targets: torch.Tensor) -> torch.Tensor:
-    """Multi-hot targets (N, C) of any dtype as probabilities a mixer blends; int labels as they are."""
-    return targets.float() if targets.dim() == 2 and not targets.is_floating_point() else targets
 
 
 def _bound(mixer: Mixup, num_classes: int | None, seen: dict) -> Mixup:
