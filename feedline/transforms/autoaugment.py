@@ -54,16 +54,16 @@ def magnitude(op: str, bin_, bins: int, height: int, width: int, wide: bool):
     return magnitude_table(op, int(bins), int(height), int(width), bool(wide))[np.asarray(bin_, dtype=np.int64)]
 
 
-def _matrices(op: str, v, h: int, w: int) -> np.ndarray:
+def _matrix(op: str, v: float, h: int, w: int) -> list[float]:
     if op == "ShearX":
-        return geometry.shear_x(v)
+        return geometry.shear_x(v, h, w)
     if op == "ShearY":
-        return geometry.shear_y(v)
+        return geometry.shear_y(v, h, w)
     if op == "TranslateX":
-        return geometry.translate(v, np.zeros_like(v))
+        return geometry.translate(v, 0.0)
     if op == "TranslateY":
-        return geometry.translate(np.zeros_like(v), v)
-    return geometry.rotate(v, h, w)
+        return geometry.translate(0.0, v)
+    return geometry.rotate(v)
 
 
 _ENHANCE_NP = {"Brightness": color.brightness_np, "Color": color.saturation_np,
@@ -86,7 +86,7 @@ def apply_op_np(op: str, img: np.ndarray, v: float, fill) -> np.ndarray:
         return tone.equalize_np(img)
     if op == "Identity":
         return img
-    return geometry.warp_np(img, _matrices(op, np.float64(v), *img.shape[:2]), fill)
+    return geometry.warp_np(img, _matrix(op, float(v), *img.shape[:2]), fill)
 
 
 def apply_op_t(op: str, x: torch.Tensor, v: np.ndarray, fill) -> torch.Tensor:
@@ -103,7 +103,8 @@ def apply_op_t(op: str, x: torch.Tensor, v: np.ndarray, fill) -> torch.Tensor:
         return tone.equalize_t(x)
     if op == "Identity":
         return x
-    return geometry.warp_t(x, _matrices(op, v, *x.shape[-2:]), fill)
+    h, w = x.shape[-2:]
+    return geometry.warp_t(x, [_matrix(op, float(m), h, w) for m in np.atleast_1d(v)], fill)
 
 
 class _AutoAugment(SampleOp):
