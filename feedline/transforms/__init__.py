@@ -11,7 +11,8 @@ from .erasing import RandomErasing
 from .jitter import ColorJitter, RandomGrayscale
 from .mix import CutMix, Mixup, MixUp
 from .runner import BatchTransforms, SampleTransforms
+from .timm_augment import TimmRandAugment
 
-__all__ = ["RandAugment", "TrivialAugmentWide", "ColorJitter", "RandomGrayscale", "GaussianBlur",
+__all__ = ["RandAugment", "TrivialAugmentWide", "TimmRandAugment", "ColorJitter", "RandomGrayscale", "GaussianBlur",
            "RandomErasing", "MixUp", "CutMix", "Mixup", "SampleTransforms", "BatchTransforms",
            "SampleOp", "TransformError", "TransformSpec", "ProgressiveSize"]

@@ -30,9 +30,10 @@ from .erasing import RandomErasing
 from .jitter import ColorJitter, RandomGrayscale
 from .mix import CutMix, Mixup, MixUp, check_label_range
 from .streams import generator, stream_of
+from .timm_augment import TimmRandAugment
 
-SAMPLE_OPS = {c.__name__: c for c in (RandAugment, TrivialAugmentWide, ColorJitter, RandomGrayscale,
-                                      GaussianBlur, RandomErasing)}
+SAMPLE_OPS = {c.__name__: c for c in (RandAugment, TrivialAugmentWide, TimmRandAugment, ColorJitter,
+                                      RandomGrayscale, GaussianBlur, RandomErasing)}
 BATCH_OPS = {c.__name__: c for c in (MixUp, CutMix, Mixup)}
 
 
