@@ -50,6 +50,6 @@ def train_size(cfg: RecipeOptions):
 def loader_options(cfg: RecipeOptions, train: bool, num_classes: int | None) -> dict:
     """FeedLoader's size, transforms and batch_transforms for the training or validation loader."""
     if not train:
-        return {"size": cfg.eval_size or cfg.size}
+        return {"size": cfg.eval_size or cfg.size, "crop_fraction": cfg.crop_pct}
     return {"size": train_size(cfg), "transforms": sample_transforms(cfg),
             "batch_transforms": batch_transforms(cfg, num_classes)}

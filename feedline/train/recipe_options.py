@@ -57,6 +57,8 @@ class RecipeOptions:
                                      "to --size over --size-ramp-epochs (FFCV's schedule)", metavar="PX")
     size_ramp_epochs: int = _option(0, "epochs of the ramp from --size-start to --size", metavar="N")
     eval_size: int | None = _option(None, "validation size; --size when left out", metavar="PX")
+    crop_pct: float = _option(0.875, "validation: resize the shorter side to size / crop-pct, then center-crop "
+                              "(timm's --crop-pct; torchvision's 224/256)", metavar="F")
 
     def _check_recipe(self) -> None:
         parse_aa(self.aa)
@@ -73,6 +75,8 @@ class RecipeOptions:
             if not 0 <= getattr(self, name) <= 1:
                 raise TrainError(f"--{name.replace('_', '-')} is a probability: it must be in [0, 1], got "
                              f"{getattr(self, name)}")
+        if not 0 < self.crop_pct <= 1:
+            raise TrainError(f"--crop-pct must be in (0, 1], got {self.crop_pct}")
         for name in ("size_start", "eval_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise TrainError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")

@@ -168,6 +168,9 @@ class Trainer:
         if self.val_loader is not None:
             self.val_loader.set_epoch(progress.epoch)
             record.update(validate(raw, self.val_loader, self.amp, info, self.task, self.cfg))
+            if runner.ema is not None:  # timm's --model-ema: the average validated too
+                ema = validate(runner.ema.module, self.val_loader, self.amp, info, self.task, self.cfg)
+                record.update({f"ema_{k}": v for k, v in ema.items()})
         self.result.history.append(record)
         self.reporter.epoch(record, self.cfg.epochs, bad)
         progress.epoch += 1
