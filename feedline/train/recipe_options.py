@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..transforms.timm_policy import parse_rand
 from .errors import TrainError
 
 AUGMENT = "augmentation (timm's names)"
@@ -23,6 +22,7 @@ def parse_aa(value: str | None) -> tuple[str, str] | None:
         return None
     if value.lower() in ("trivial", "trivialaugment", "ta_wide"):
         return "trivial", ""
+    from ..transforms.timm_policy import parse_rand   # here: building the parser imports no torch
     try:
         parse_rand(value)
     except ValueError as exc:
