@@ -131,3 +131,10 @@ def test_multi_hot_targets_are_smoothed_toward_one_half_as_timms_multi_label(dty
     explicit = Mixup(0.8, 1.0, label_smoothing=0.1, num_classes=10, multi_label=True)
     _, from_float = explicit.apply(batch(), torch.tensor(multi_hot, dtype=torch.float32), params)
     assert np.allclose(from_float.numpy(), want, atol=1e-6)
+
+
+def test_the_loaders_multi_hot_labels_entry_is_smoothed_as_multi_label():
+    multi_hot = torch.tensor([[1, 0, 0, 1, 0, 0, 0, 0, 0, 1]] * 5, dtype=torch.float32)  # the loader's float32
+    chain = BatchTransforms([Mixup(1.0, prob=0.0, label_smoothing=0.1, num_classes=10)])
+    _, targets = chain.apply(batch(), {"labels": multi_hot}, 0, 0, np.arange(5))
+    assert torch.allclose(targets["labels"], multi_hot * 0.9 + 0.05)

@@ -169,20 +169,21 @@ class Mixup:
     def _partner(self, t: torch.Tensor) -> torch.Tensor:
         return t.flip(0)
 
-    def apply(self, images: torch.Tensor, targets: torch.Tensor, params: dict):
+    def apply(self, images: torch.Tensor, targets: torch.Tensor, params: dict, multi_hot: bool = False):
         """Mixed images (same dtype) and mixed probability targets (N, C) float32. Float images
-        are mixed in place, as timm does (the loader's batch: no second batch in memory)."""
+        are mixed in place, as timm does (the loader's batch: no second batch in memory).
+        ``multi_hot``: float (N, C) targets are multi-hot labels, smoothed toward 0.5."""
         owner = f"{type(self).__name__}(batch_transforms)"
         soft = soft_targets(targets.to(images.device), self.num_classes, self.label_smoothing, owner,
-                            self.multi_label)
+                            self.multi_label or multi_hot)
         mixed = self._mix_images(images.float(), params)
         if not images.is_floating_point():
             mixed = mixed.round_().clamp_(0, 255)
         lam_t = torch.as_tensor(params["lam"], dtype=torch.float32, device=images.device).reshape(-1, 1)
         return mixed.to(images.dtype), soft * lam_t + self._partner(soft) * (1 - lam_t)
 
-    def __call__(self, images, targets, *, seed: int, epoch: int, indices):
-        return self.apply(images, targets, self.draw(seed, epoch, indices, *images.shape[-2:]))
+    def __call__(self, images, targets, *, seed: int, epoch: int, indices, multi_hot: bool = False):
+        return self.apply(images, targets, self.draw(seed, epoch, indices, *images.shape[-2:]), multi_hot)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))

@@ -196,7 +196,8 @@ class BatchTransforms:
         if key is None:
             raise TransformError(f"{where}: mixing needs a 'label' (int) or 'labels' (multi-hot) target; "
                                  f"the targets have {', '.join(map(repr, targets))}")
-        images, mixed = step(images, targets[key], seed=seed, epoch=epoch, indices=indices)
+        images, mixed = step(images, targets[key], seed=seed, epoch=epoch, indices=indices,
+                             multi_hot=key == "labels")   # the store's multi-hot: timm's multi_label
         return images, {**targets, key: mixed}
 
 
