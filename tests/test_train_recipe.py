@@ -47,7 +47,7 @@ def test_the_flags_make_the_loader_arguments():
     assert (mix.mixup_alpha, mix.cutmix_alpha, mix.prob, mix.switch_prob) == (0.8, 1.0, 0.9, 0.4)
     assert (mix.label_smoothing, mix.num_classes) == (0.1, 10)
     assert isinstance(train["size"], ProgressiveSize) and [train["size"].size(e) for e in (0, 4)] == [32, 64]
-    assert loader_options(cfg, False, 10) == {"size": 96}
+    assert loader_options(cfg, False, 10) == {"size": 96, "crop_fraction": 0.875}
     plain = loader_options(TrainConfig(synthetic=True, aa="trivial"), True, 10)
     assert isinstance(plain["transforms"][0], TrivialAugmentWide) and plain["batch_transforms"] == []
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..choices import Choice, Engine, OnError, Order
-from .choices import Amp, Arch, Opt, RegressionLoss, Sched, parse_device
+from .choices import Amp, Arch, RegressionLoss, parse_device
 from .errors import TrainError
+from .optim_options import OptimOptions
 from .recipe_options import RecipeOptions
 
 
@@ -30,7 +31,7 @@ MODEL, DATA, SPEED, RUN, CHECK = ("model and schedule", "data", "speed", "report
 
 
 @dataclass
-class TrainConfig(RecipeOptions):
+class TrainConfig(RecipeOptions, OptimOptions):
     """Options of one training run. Batch size is per rank and per micro-step: the optimizer
     sees ``batch_size * accum_steps * world_size`` images per step."""
 
@@ -50,25 +51,13 @@ class TrainConfig(RecipeOptions):
                               "only on the last one (no_sync)", MODEL, metavar="N")
     lr: float | None = option(None, "peak learning rate", MODEL,
                               default_text="0.1 x global batch / 256, the linear scaling rule")
-    opt: Opt = option(Opt.SGD, "optimizer, timm's names: sgd (with --momentum), adamw or lamb (timm's Lamb: "
-                      "trust ratio, global grad-norm clip 1.0)", MODEL)
     momentum: float = option(0.9, "SGD momentum (torchvision's ResNet-50 reference recipe)", MODEL)
     weight_decay: float = option(1e-4, "torchvision's ResNet-50 reference recipe's; not applied to BatchNorm "
                                  "parameters and biases", MODEL)
-    sched: Sched = option(Sched.COSINE, "learning-rate schedule after the warmup, timm's names: cosine (decay "
-                          "to zero) or step (times --decay-rate every --decay-epochs)", MODEL)
-    decay_epochs: float = option(30.0, "--sched step: epochs between decays (torchvision's reference "
-                                 "recipe: 30)", MODEL, metavar="N")
-    decay_rate: float = option(0.1, "--sched step: the factor of each decay (torchvision's reference "
-                               "recipe: 0.1)", MODEL, metavar="F")
     warmup_epochs: float = option(5.0, "linear warmup, then the --sched decay: large batches diverge "
                                   "without warmup; capped at a fifth of the run", MODEL)
     label_smoothing: float = option(0.1, "regularizes over-confident logits (Szegedy et al., Inception v3)",
                                     MODEL, aliases=("--smoothing",))
-    model_ema: bool = option(False, "also keep an exponential moving average of the weights (timm's "
-                             "--model-ema), validated beside the model and saved in the checkpoint", MODEL)
-    model_ema_decay: float = option(0.9998, "the EMA's decay per optimizer step (timm's default)", MODEL,
-                                    metavar="D")
     regression_loss: RegressionLoss = option(RegressionLoss.MSE, "loss of a `target` field: mse or smooth-l1", MODEL)
     zero_init_residual: bool = option(True, "start each residual block's last BatchNorm at gamma 0, so "
                                       "blocks start as identity", MODEL)
@@ -132,6 +121,7 @@ class TrainConfig(RecipeOptions):
         self._parse_choices()
         self._check_numbers()
         self._check_recipe()
+        self._check_optim()
         check_paths(self)
 
     def _parse_choices(self) -> None:
@@ -155,7 +145,7 @@ class TrainConfig(RecipeOptions):
 
     def _check_numbers(self) -> None:
         at_least_1 = ("epochs", "batch_size", "accum_steps", "size", "log_every")
-        not_negative = ("save_every", "synthetic_steps", "warmup_epochs", "weight_decay", "momentum", "decay_rate")
+        not_negative = ("save_every", "synthetic_steps", "warmup_epochs", "weight_decay", "momentum")
         for name in at_least_1:
             if int(getattr(self, name)) < 1:
                 raise TrainError(f"{flag(name)} must be at least 1, got {getattr(self, name)}")
@@ -165,10 +155,6 @@ class TrainConfig(RecipeOptions):
         for name in ("max_steps", "num_classes"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise TrainError(f"{flag(name)} must be at least 1, got {getattr(self, name)}")
-        if not self.decay_epochs > 0:
-            raise TrainError(f"--decay-epochs must be positive, got {self.decay_epochs}")
-        if not 0 <= self.model_ema_decay < 1:
-            raise TrainError(f"--model-ema-decay must be in [0, 1), got {self.model_ema_decay}")
         if self.lr is not None and not self.lr > 0:
             raise TrainError(f"--lr must be positive, got {self.lr}")
         if not self.timeout > 0:
