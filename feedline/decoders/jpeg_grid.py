@@ -142,9 +142,9 @@ def with_context(layout: GridLayout, box: Box, r0: int, r1: int, c0: int, c1: in
 
     A full decode computes those edge pixels from both MCUs: libjpeg's chroma upsampling
     interpolates across the MCU edge, and a reduced-scale crop's bilinear resize samples
-    just outside the box. Spliced without the neighbour, the edge pixels came out of
-    replicated chroma and borders instead (differences of up to ~0.3 in normalized units on
-    a few edge pixels); with it, they are the full decode's."""
+    just outside the box. Spliced without the neighbour, the edge pixels would come from
+    replicated chroma and borders (up to ~0.3 in normalized units on a few edge pixels); with
+    it, they are the full decode's."""
     mh, mw = layout.mcu_height, layout.mcu_width
     if box.top - r0 * mh < CONTEXT:
         r0 = max(r0 - 1, 0)
