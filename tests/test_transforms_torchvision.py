@@ -98,3 +98,17 @@ def test_grayscale_is_torchvisions_weights_truncated():
     many = from_batch(color.grayscale_t(batch_of(images)))
     assert np.abs(one.astype(int) - want).max() <= 1 and (one != want).mean() < 0.01
     assert np.abs(many.astype(int) - want).max() <= 1 and (many != want).mean() < 0.01
+
+
+def test_color_jitter_chained_is_within_half_a_level_on_average():
+    from feedline.transforms import ColorJitter
+    images = FIXTURE["color_input"]
+    op = ColorJitter(brightness=0.9, contrast=0.9, saturation=0.9, hue=0.5)
+    for factors, want in zip(FIXTURE["jitter/factors"], FIXTURE["jitter"].astype(np.int64)):
+        order = np.arange(4)  # brightness, contrast, saturation, hue: the fixture's order
+        one = np.stack([op.apply_cpu(img, {"factors": factors, "order": order}) for img in images])
+        many = from_batch(op.apply_torch(batch_of(images), {"factors": np.tile(factors, (len(images), 1)),
+                                                            "order": np.tile(order, (len(images), 1))}))
+        for got in (one, many):
+            diff = got.astype(np.int64) - want
+            assert np.abs(diff).mean() < 0.5 and abs(diff.mean()) < 0.25, (factors, np.abs(diff).mean(), diff.mean())
