@@ -40,11 +40,29 @@ def too_large(rel: str, width: int, height: int, options: PackOptions) -> Skip:
                 f"{width}x{height} = {width * height} pixels > max_pixels {options.max_pixels}")
 
 
-def target_column_bytes(scan: ScanResult, paths: list[str]) -> dict[str, bytes]:
-    """The stored bytes of the fields beyond label (`feedline.targets`) of the records packed,
-    ``paths`` in record order; taken from the scan at the end, so a resumed pack needs no
-    targets in its journal."""
+def target_column_bytes(scan: ScanResult, paths: list[str], sizes: list[list[int]]) -> tuple[dict[str, bytes], int]:
+    """The stored bytes of the fields beyond label (`feedline.fields`) of the records packed,
+    ``paths`` in record order, fitted to their images (``sizes``: boxes partly outside are
+    clipped), and how many values were fitted; taken from the scan at the end, so a resumed
+    pack needs no targets in its journal."""
     if scan.targets is None or not scan.targets.fields:
-        return {}
+        return {}, 0
     place = {p: i for i, p in enumerate(scan.paths)}
-    return scan.targets.take([place[p] for p in paths]).to_bytes()
+    fitted, changed = scan.targets.take([place[p] for p in paths]).fitted(sizes)
+    return fitted.to_bytes(), changed
+
+
+def target_problem(scan: ScanResult, indices: list[int], sizes: list[list[int]]) -> str | None:
+    """The first target of the scanned files ``indices`` that its image refuses (``sizes``: the
+    stored (height, width) of each), by the rule ``feedline verify`` applies (a box wholly
+    outside its image), as a message naming the labels file, its row and the file; None if none."""
+    if scan.targets is None or not scan.targets.fields or not indices:
+        return None
+    problems = scan.targets.take(indices).problems(sizes)
+    if not problems:
+        return None
+    k, text = problems[0]
+    rel = scan.paths[indices[k]]
+    return (f"{scan.labels_file}: {scan.rows.get(rel, 'the row')} ({rel}): {text}: correct it in the labels file "
+            f"(coordinates in the pixels of the image as it is stored) or remove it"
+            + (f"; {len(problems) - 1} more in this chunk" if len(problems) > 1 else ""))

@@ -1,7 +1,8 @@
 """The rows of a labels CSV: (row number, {column: text}), columns named by a header row.
 
-Columns: ``path`` (required), ``label``, ``labels`` (classes separated by ';'), ``target``
-(a number, or numbers separated by ';'); `labels_file` gives the values their meaning. A
+Columns: ``path`` (required), then one per field kind (`feedline.fields`): ``label``,
+``labels`` (classes separated by ';'), ``target`` (a number, or numbers separated by ';');
+`labels_file` gives the values their meaning (and refuses the kinds that need JSON Lines). A
 header row is recognized by its words (``path,label``, ``relative path,label``, ``file,class``,
 ``image,labels``, ...) or, in a two-column file, because its label is not an integer while
 every other row's is. A file without a header is the classic ``path,label``: exactly two
@@ -14,14 +15,14 @@ import os
 import posixpath
 
 from .errors import FeedlineError
+from .fields import KINDS
 
 _PATH_WORDS = {"path", "file", "filename", "file_name", "file name", "relative path", "relative_path",
                "relpath", "image", "image_path", "image path", "img", "name", "filepath", "file path"}
 _LABEL_WORDS = {"label", "class", "class_name", "class name", "classname", "category", "y"}
 COLUMN_WORDS = {**{w: "path" for w in _PATH_WORDS}, **{w: "label" for w in _LABEL_WORDS},
-                "labels": "labels", "classes": "labels", "target": "target", "targets": "target",
-                "boxes": "boxes"}
-COLUMNS = ("path", "label", "labels", "target", "boxes")
+                **{name: name for name in KINDS}, "classes": "labels", "targets": "target"}
+COLUMNS = ("path", *KINDS)   # path, then a column per field kind
 SEVERAL = ("for several classes per image write a header row `path,labels` and separate the classes "
            "with ';' ({example}); for several numbers per image, `path,target` the same way")
 

@@ -54,7 +54,7 @@ def test_every_field_round_trips_through_a_pack(labelled, tmp_path, ext):
     pack(src, out, labels_csv=labels, progress=False)
     assert targets_by_path(out) == expected
     with feedline.open_dataset(out) as ds:
-        assert ds.meta["format_version"] == 3 and ds.classes == CLASSES
+        assert ds.meta["format_version"] == 4 and ds.classes == CLASSES
         assert ds.fields == {"label": {}, "labels": {"max": 2}, "target": {"width": 2, "scalar": False},
                              "boxes": {"max": 3}}
         assert ds.labels.tolist() == [expected[ds.path(i)]["label"] for i in range(len(ds))]
@@ -78,7 +78,7 @@ def test_shards_and_join_keep_each_records_targets(labelled, tmp_path):
     os.remove(other.replace(".h5", ".shards.json"))
     assert targets_by_path(join_shards(other)) == expected
     with feedline.open_dataset(join_shards(other)) as ds:
-        assert ds.fields["boxes"]["max"] == 3 and ds.meta["format_version"] == 3
+        assert ds.fields["boxes"]["max"] == 3 and ds.meta["format_version"] == 4
 
 
 def test_shards_of_other_fields_do_not_join(labelled, tmp_path):
@@ -105,7 +105,7 @@ def test_a_version_2_store_opens_and_behaves_as_before(tmp_path, kind):
         assert ds.fields == {"label": {}}
         assert [ds.targets(i) for i in range(6)] == [{"label": lab} for lab in records.labels]
         assert [ds.label(i) for i in range(6)] == records.labels
-        layout = ds.target_columns.batch_layout(4, len(ds.classes))
+        layout = ds.target_columns.batch_layout(4)
         assert layout == {"label": ((4,), "int64")}
 
 
@@ -178,7 +178,7 @@ def test_fill_writes_what_the_records_hold(labelled, tmp_path):
     pack(src, out, labels_csv=labels, progress=False)
     with feedline.open_dataset(out) as ds:
         columns = ds.target_columns
-        layout = columns.batch_layout(5, len(ds.classes))
+        layout = columns.batch_layout(5)
         assert layout == {"label": ((5,), "int64"), "labels": ((5, 3), "float32"), "target": ((5, 2), "float32"),
                           "boxes": ((5, 3, 4), "float32"), "box_classes": ((5, 3), "int64"),
                           "box_counts": ((5,), "int64")}

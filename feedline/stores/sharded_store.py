@@ -53,6 +53,8 @@ class ShardedStore(Store):
                      "shards": [os.path.basename(f) for f in self.shard_files]}
         if "fields" in first.meta:
             self.meta["fields"] = self._targets.fields
+        if "class_lists" in first.meta:
+            self.meta["class_lists"] = first.meta["class_lists"]
 
     # -- opening --------------------------------------------------------------------------------
 
@@ -190,6 +192,9 @@ def _check_alike(stores: list[Store]) -> None:
             diff = next((f"class {k}: {x!r} vs {y!r}" for k, (x, y) in enumerate(zip(other.classes, first.classes))
                          if x != y), f"{len(other.classes)} vs {len(first.classes)} classes")
             raise StoreError(f"{where}: shards with different class lists ({diff}); their labels would "
+                             "disagree. Pack them again together")
+        if other.class_lists != first.class_lists:
+            raise StoreError(f"{where}: shards with different class lists per field; their classes would "
                              "disagree. Pack them again together")
         if _shape_of(other.fields) != _shape_of(first.fields):
             raise StoreError(f"{where}: shards with different fields ({', '.join(other.fields)}; "
