@@ -46,6 +46,7 @@ class Field:
     refuses: ClassVar[frozenset[str]] = frozenset()   # transform families it cannot follow
     csv: ClassVar[bool] = True                   # a CSV column too, not only a JSON Lines key
     example: ClassVar[str] = ""                  # a JSON Lines value, for messages
+    task: ClassVar[str | None] = None            # what `feedline train --task` learns from it, if anything
 
     def __init__(self, spec: dict, classes: list[str] | None = None):
         self.spec = self.check_spec(spec)
@@ -61,6 +62,10 @@ class Field:
     @property
     def num_classes(self) -> int:
         return len(self.classes)
+
+    def outputs(self) -> int:
+        """The width of a model that learns this field (its ``task``): its classes by default."""
+        return self.num_classes
 
     # -- a labels file: one row's value, then the column of every row --------------------------
 

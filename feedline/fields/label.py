@@ -12,6 +12,7 @@ class Label(Field):
     has_classes = True
     names_images = True
     example = '"label": "cat"'
+    task = "classify"
 
     @classmethod
     def parse(cls, parser, value, line: int) -> str:

@@ -18,6 +18,7 @@ class Labels(Field):
     has_classes = True
     names_images = True
     example = '"labels": ["cat", "dog"]'
+    task = "multilabel"
 
     @classmethod
     def parse(cls, parser, value, line: int) -> list[str]:

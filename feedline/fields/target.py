@@ -16,6 +16,7 @@ class Target(Field):
     columns = {"targets": "<f4"}
     spec_keys = {"width": int, "scalar": bool}
     example = '"target": [0.5, 2.0]'
+    task = "regress"
 
     @classmethod
     def check_spec(cls, spec):
@@ -23,6 +24,9 @@ class Target(Field):
         if spec["width"] < 1 or (spec["scalar"] and spec["width"] != 1):
             raise FieldsError(f"field 'target': width {spec['width']} is not a valid width")
         return spec
+
+    def outputs(self) -> int:
+        return self.spec["width"]
 
     @classmethod
     def parse(cls, parser, value, line: int) -> tuple[list[float], bool]:
