@@ -97,18 +97,18 @@ def test_a_store_of_several_fields_is_refused_until_task_names_one(tmp_path, cap
 
 def test_task_picks_the_field_and_its_own_class_list(tmp_path):
     from feedline import open_dataset
-    from feedline.train.task import CLASSIFY, MULTI_LABEL, REGRESSION, choose_task
+    from feedline.train.task import CLASSIFY, MULTI_LABEL, REGRESSION, Task, choose_task
     train = labelled_pack(tmp_path, "train", 4, 1, several, "lmdb")
     with open_dataset(train) as store:
         assert store.class_lists == {"label": ["grass", "rocket"], "labels": ["grass", "green", "outdoor", "rocket"],
                                      "boxes": ["sky"]}
-        assert choose_task(store, 2, "classify") == (CLASSIFY, "label", 2)
-        assert choose_task(store, 2, "multilabel") == (MULTI_LABEL, "labels", 4)   # its own list, not label's
-        assert choose_task(store, 2, "regress") == (REGRESSION, "target", 1)
+        assert choose_task(store, 2, "classify") == Task(CLASSIFY, "label", 2)
+        assert choose_task(store, 2, "multilabel") == Task(MULTI_LABEL, "labels", 4)   # its own list, not label's
+        assert choose_task(store, 2, "regress") == Task(REGRESSION, "target", 1)
     alone = labelled_pack(tmp_path, "alone", 4, 1, lambda c: {**multi_hot(c), "boxes": [[1, 1, 20, 20, "sky"]]},
                           "lmdb")
     with open_dataset(alone) as store:
-        assert choose_task(store, 4, "auto") == (MULTI_LABEL, "labels", 4)   # one learnable field: no question
+        assert choose_task(store, 4, "auto") == Task(MULTI_LABEL, "labels", 4)   # one learnable field: no question
         with pytest.raises(Exception, match="--task regress needs target; this store offers --task multilabel"):
             choose_task(store, 4, "regress")
 
