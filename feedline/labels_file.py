@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _DECIMAL = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)")
+CLASSIC_COLUMN = "labels"    # the format's labels column: every store has it
 MAX_CLASSES = 1 << 24        # integer labels above this are ids, not classes: refused
 SPARSE_ABOVE = 100_000       # integer labels above this, using few of the numbers below: ids
 
@@ -69,8 +70,9 @@ class _Parser:
     def fail(self, line: int, text: str) -> FeedlineError:
         return FeedlineError(f"{self.source}: {self.unit} {line}: {text}")
 
-    def token(self, value, line: int, what: str) -> str:
-        """A class as text ("7" or "cat"), or a refusal that says what to write."""
+    def token(self, value, line: int, what: str, single: bool = False) -> str:
+        """A class as text ("7" or "cat"), or a refusal that says what to write (``single``: a
+        cell of one class, where a ';' means several were meant)."""
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise self.fail(line, f"{what} {value!r} is not a class: write a name or an integer")
         if isinstance(value, float):
@@ -78,7 +80,7 @@ class _Parser:
         text = str(value).strip()
         if not text:
             raise self.fail(line, f"{what} is empty: write a class (a name or an integer)")
-        if "," in text or (";" in text and what == "label"):
+        if "," in text or (";" in text and single):
             parts = [p.strip() for p in text.replace(";", ",").split(",")]
             advice = (SEVERAL.format(example=f"{self.path},{';'.join(parts)}") if self.unit == "row" else
                       "for several classes per image write \"labels\": a list, e.g. \"labels\": "
@@ -124,10 +126,19 @@ def read_labels_file(path: str) -> LabelsTable:
     table = LabelsTable(source=path, unit=unit, fields={name: built[name][0] for name in KINDS if name in built},
                         class_lists=class_lists, classes=next(iter(class_lists.values()), []), rows=seen,
                         position={rel: k for k, (_, rel, _) in enumerate(rows)},
-                        labels=built.pop("label")[1]["labels"] if "label" in built else [-1] * len(rows),
-                        targets=_columns(built, class_lists, len(rows)))
+                        labels=_classic_labels(built, len(rows)), targets=_columns(built, class_lists, len(rows)))
     _warn_ids(table, parsed)
     return table
+
+
+def _classic_labels(built: dict[str, tuple[dict, dict]], n: int) -> list[int]:
+    """The store's own ``labels`` column (the format's, in every store), taken out of ``built``
+    with the field that fills it; -1 for each row when no field does."""
+    for name, (_, columns) in list(built.items()):
+        if CLASSIC_COLUMN in columns:
+            del built[name]
+            return list(columns[CLASSIC_COLUMN])
+    return [-1] * n
 
 
 def _classes(parser: _Parser, lines: list[int], tokens: list[list[str]]) -> tuple[list[str], dict[str, int]]:

@@ -51,7 +51,7 @@ def expected_row(store, record: int, spec, seed: int, epoch: int, min_visibility
     if "label" in want:
         out["label"] = want["label"]
     if "labels" in want:
-        hot = np.zeros(len(store.classes), dtype=np.float32)
+        hot = np.zeros(len(store.class_lists["labels"]), dtype=np.float32)   # its own list
         hot[want["labels"]] = 1
         out["labels"] = hot
     if "target" in want:

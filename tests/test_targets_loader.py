@@ -175,7 +175,9 @@ def test_the_readme_targets_block_runs_as_written(packed, tmp_path, monkeypatch)
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     [code] = re.findall(r"<!-- readme-test: run where scene.lmdb exists \(every field\) -->\n```python\n(.*?)```",
                         readme, re.S)
-    shutil.copy(packed["lmdb"], tmp_path / "scene.lmdb")
+    # without a label field, so that ``dataset.classes`` is the labels field's own list
+    src, labels = labelled_folder(str(tmp_path / "scene"), fields=("labels", "target", "boxes"))
+    pack(src, str(tmp_path / "scene.lmdb"), labels_csv=labels, progress=False)
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)

@@ -16,7 +16,7 @@ class Label(Field):
 
     @classmethod
     def parse(cls, parser, value, line: int) -> str:
-        return parser.token(value, line, "label")
+        return parser.token(value, line, "label", single=True)
 
     @classmethod
     def tokens(cls, parsed: str) -> list[str]:
