@@ -267,3 +267,59 @@ def test_a_grid_pack_keeps_the_targets(labelled, tmp_path):
     out = str(tmp_path / "g.lmdb")
     pack(src, out, labels_csv=labels, layout="grid", progress=False)
     assert targets_by_path(out) == expected
+
+
+# -- a class list per field ----------------------------------------------------------------------
+
+def test_each_field_has_its_own_class_list_and_info_shows_each(tmp_path):
+    src = str(tmp_path / "src")
+    make_photo_folder(src, n=3, classes=1, seed=2, sizes=[(64, 48)])
+    rels = sorted(os.path.relpath(os.path.join(d, f), src) for d, _, fs in os.walk(src) for f in fs)
+    rows = [{"path": r, "label": ["indoor", "outdoor"][k % 2], "labels": [["red"], ["red", "blue"], []][k],
+             "boxes": [[1, 1, 9, 9, ["car", "dog", "car"][k]]]} for k, r in enumerate(rels)]
+    (tmp_path / "l.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = str(tmp_path / "o.lmdb")
+    pack(src, out, labels_csv=str(tmp_path / "l.jsonl"), progress=False)
+    with feedline.open_dataset(out) as ds:
+        assert ds.meta["format_version"] == 4 and ds.classes == ["indoor", "outdoor"]
+        assert ds.class_lists == ds.meta["class_lists"] == {"label": ["indoor", "outdoor"], "labels": ["blue", "red"],
+                                                            "boxes": ["car", "dog"]}
+        assert [ds.targets(i) for i in range(3)] == [
+            {"label": 0, "labels": [1], "boxes": [[1, 1, 9, 9, 0]]},
+            {"label": 1, "labels": [1, 0], "boxes": [[1, 1, 9, 9, 1]]},
+            {"label": 0, "labels": [], "boxes": [[1, 1, 9, 9, 0]]}]
+        assert ds.target_columns.batch_layout(2)["labels"] == ((2, 2), "float32")   # blue, red: not 6 wide
+    info = describe(out)
+    assert {name: [(c.name, c.count) for c in counts] for name, counts in info.class_lists.items()} == {
+        "label": [("indoor", 2), ("outdoor", 1)], "labels": [("blue", 1), ("red", 2)], "boxes": [("car", 2), ("dog", 1)]}
+    text = format_info(info)
+    assert "labels: 2 classes" in text and "boxes: 2 classes" in text and "label: 2 classes" in text
+    assert verify(out, mode="checksums").ok
+
+
+def test_a_version_3_store_opens_with_one_shared_class_list_as_before(labelled, tmp_path):
+    """Version 3 as format.py documents it: every field numbered in the one list ``classes``."""
+    src, labels, expected = labelled
+    out = str(tmp_path / "o.lmdb")
+    pack(src, out, labels_csv=labels, progress=False)
+    with feedline.open_dataset(out) as ds:
+        meta = dict(ds.meta)
+    del meta["class_lists"]
+    rewrite_lmdb(out, LMDB_META_KEY, json.dumps(meta | {"format_version": 3, "classes": CLASSES}).encode())
+    with feedline.open_dataset(out) as ds:
+        assert ds.meta["format_version"] == 3 and ds.classes == CLASSES
+        assert ds.class_lists == {"label": CLASSES, "labels": CLASSES, "boxes": CLASSES}
+        assert {ds.path(i): ds.targets(i) for i in range(len(ds))} == expected
+        assert ds.target_columns.batch_layout(1)["labels"] == ((1, 3), "float32")
+    assert verify(out, mode="checksums").ok
+
+
+def test_a_version_4_store_without_its_class_lists_is_refused(labelled, tmp_path):
+    src, labels, _ = labelled
+    out = str(tmp_path / "o.lmdb")
+    pack(src, out, labels_csv=labels, progress=False)
+    with feedline.open_dataset(out) as ds:
+        meta = dict(ds.meta)
+    rewrite_lmdb(out, LMDB_META_KEY, json.dumps(meta | {"class_lists": {"label": CLASSES}}).encode())
+    with pytest.raises(StoreError, match="class lists are damaged .*label, labels, boxes"):
+        feedline.open_dataset(out)
