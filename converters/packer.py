@@ -33,7 +33,7 @@ from .disk_space import check_room_for, write_failed
 from .journal import JournalEntry, check_entries, scan_digest
 from .normalize import Conversion, Record, check_file, convert
 from .options import Layout, OnError, PackCheck, PackOptions, format_for
-from .records import target_column_bytes, target_problem
+from .records import TargetRefused, add_target_columns, check_targets
 from .ordered import OrderedPool
 from .report import PackReport, Skip, write_error_report
 from .progress import progress_bar
@@ -71,10 +71,6 @@ class _Tally:
         self.source_bytes += entry.source_bytes
         self.consumed = entry.consumed
         self.chunks = entry.chunk + 1
-
-
-class _BadTarget(Exception):
-    """A target its image refuses (a box wholly outside it): the labels file must change."""
 
 
 class _BadInput(Exception):
@@ -134,15 +130,13 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
             raise PackError(_nothing_packed(scan, skipped))
         meta = make_meta(count=len(tally.labels), classes=scan.classes, pack_options=wanted,
                          source=scan.root, created=_utc_now(),
-                         feedline_version=__version__, shard=shard, fields=scan.fields,
-                         class_lists=scan.class_lists)
+                         feedline_version=__version__, shard=shard, fields=scan.fields, class_lists=scan.class_lists)
         meta[INPUT_DIGEST_KEY] = digest
         # Known only when every JPEG's data was read: decoded, or transcoded to the grid.
         if options.check is PackCheck.DECODE or options.layout is Layout.GRID:
             meta["jpeg_warnings"] = tally.jpeg_warnings
         columns = column_bytes(tally.labels, tally.sizes, tally.paths, tally.checksums)
-        targets, clipped = target_column_bytes(scan, tally.paths, tally.sizes)
-        columns.update(targets)
+        clipped = add_target_columns(columns, scan, tally.paths, tally.sizes)   # boxes clipped to their image
         writer.finish(columns, meta, tally.lengths)
         try:
             report_path = write_error_report(out, skipped)
@@ -151,9 +145,9 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
             raise write_failed(out, exc) from None
         fsync_folder(os.path.dirname(out))
         writer.discard()  # the side files; the partial file itself is OUT now
-    except _BadTarget as bad:
+    except TargetRefused:   # the labels file must change: nothing to resume
         writer.discard()
-        raise PackError(f"{bad} (nothing written at {out})") from None
+        raise
     except _BadInput as bad:
         writer.discard()
         s = bad.skip
@@ -242,7 +236,6 @@ def _commit_outcomes(outcomes, scan: ScanResult, writer: Writer, options: PackOp
     ``commit_every`` files or ``commit_bytes`` of records."""
     entry = _new_entry(tally, wanted, digest)
     pending_bytes = read = 0
-    scanned: list[int] = []   # the scan index of each record of the entry
     started = time.perf_counter()
     for i, outcome in enumerate(outcomes, tally.consumed):
         if isinstance(outcome, Skip):
@@ -254,7 +247,6 @@ def _commit_outcomes(outcomes, scan: ScanResult, writer: Writer, options: PackOp
             data = outcome.data
             writer.add(entry.first_record + len(entry.labels), data)
             entry.labels.append(scan.labels[i])
-            scanned.append(i)
             entry.sizes.append([outcome.height, outcome.width])
             entry.paths.append(scan.paths[i])
             entry.lengths.append(len(data))
@@ -270,19 +262,14 @@ def _commit_outcomes(outcomes, scan: ScanResult, writer: Writer, options: PackOp
             if entry.consumed % 64 == 0:
                 bar.set_postfix_str(_rate(read, started), refresh=False)
         if entry.consumed - tally.consumed >= options.commit_every or pending_bytes >= options.commit_bytes:
-            _commit(writer, entry, tally, scan, scanned)
-            entry, pending_bytes, scanned = _new_entry(tally, wanted, digest), 0, []
+            check_targets(scan, entry.paths, entry.sizes)   # as verify will: the sizes are known now
+            writer.commit(entry)
+            tally.add(entry)
+            entry, pending_bytes = _new_entry(tally, wanted, digest), 0
     if entry.consumed > tally.consumed:
-        _commit(writer, entry, tally, scan, scanned)
-
-
-def _commit(writer: Writer, entry: JournalEntry, tally: _Tally, scan: ScanResult, scanned: list[int]) -> None:
-    """Commit a chunk whose targets fit their images (checked here, as the sizes become known)."""
-    problem = target_problem(scan, scanned, entry.sizes)
-    if problem is not None:
-        raise _BadTarget(problem)
-    writer.commit(entry)
-    tally.add(entry)
+        check_targets(scan, entry.paths, entry.sizes)
+        writer.commit(entry)
+        tally.add(entry)
 
 
 def _new_entry(tally: _Tally, wanted: dict, digest: str) -> JournalEntry:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from feedline.errors import PackError
 from feedline.scan import ScanResult
 
 from .options import PackOptions
@@ -40,29 +41,32 @@ def too_large(rel: str, width: int, height: int, options: PackOptions) -> Skip:
                 f"{width}x{height} = {width * height} pixels > max_pixels {options.max_pixels}")
 
 
-def target_column_bytes(scan: ScanResult, paths: list[str], sizes: list[list[int]]) -> tuple[dict[str, bytes], int]:
-    """The stored bytes of the fields beyond label (`feedline.fields`) of the records packed,
-    ``paths`` in record order, fitted to their images (``sizes``: boxes partly outside are
-    clipped), and how many values were fitted; taken from the scan at the end, so a resumed
-    pack needs no targets in its journal."""
+class TargetRefused(PackError):
+    """A target that its image refuses (a box wholly outside it): the labels file must change."""
+
+
+def add_target_columns(columns: dict, scan: ScanResult, paths: list[str], sizes: list[list[int]]) -> int:
+    """Add to ``columns`` the stored bytes of the fields beyond label (`feedline.fields`) of the
+    records packed, ``paths`` in record order, fitted to their images (``sizes``: boxes partly
+    outside are clipped); returns how many values were fitted. Taken from the scan at the end,
+    so a resumed pack needs no targets in its journal."""
     if scan.targets is None or not scan.targets.fields:
-        return {}, 0
-    place = {p: i for i, p in enumerate(scan.paths)}
-    fitted, changed = scan.targets.take([place[p] for p in paths]).fitted(sizes)
-    return fitted.to_bytes(), changed
+        return 0
+    fitted, changed = scan.targets.take([scan.places[p] for p in paths]).fitted(sizes)
+    columns.update(fitted.to_bytes())
+    return changed
 
 
-def target_problem(scan: ScanResult, indices: list[int], sizes: list[list[int]]) -> str | None:
-    """The first target of the scanned files ``indices`` that its image refuses (``sizes``: the
-    stored (height, width) of each), by the rule ``feedline verify`` applies (a box wholly
-    outside its image), as a message naming the labels file, its row and the file; None if none."""
-    if scan.targets is None or not scan.targets.fields or not indices:
-        return None
-    problems = scan.targets.take(indices).problems(sizes)
-    if not problems:
-        return None
-    k, text = problems[0]
-    rel = scan.paths[indices[k]]
-    return (f"{scan.labels_file}: {scan.rows.get(rel, 'the row')} ({rel}): {text}: correct it in the labels file "
-            f"(coordinates in the pixels of the image as it is stored) or remove it"
-            + (f"; {len(problems) - 1} more in this chunk" if len(problems) > 1 else ""))
+def check_targets(scan: ScanResult, paths: list[str], sizes: list[list[int]]) -> None:
+    """TargetRefused naming the labels file, its row and the file for the first target of the
+    records ``paths`` that its image refuses (``sizes``: the stored (height, width) of each), by
+    the rule ``feedline verify`` applies (a box wholly outside its image)."""
+    if scan.targets is None or not scan.targets.fields or not paths:
+        return
+    problems = scan.targets.take([scan.places[p] for p in paths]).problems(sizes)
+    if problems:
+        k, text = problems[0]
+        more = f"; {len(problems) - 1} more in these {len(paths)} files" if len(problems) > 1 else ""
+        raise TargetRefused(f"{scan.labels_file}: {scan.rows.get(paths[k], 'the row')} ({paths[k]}): {text}: correct "
+                            f"it in the labels file (coordinates in the pixels of the image as stored) or remove "
+                            f"it{more}; nothing written")

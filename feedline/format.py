@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from .errors import StoreError
-from .fields import LABEL_ONLY, FieldsError, check_fields, class_fields
+from .fields import LABEL_ONLY, FieldsError, check_class_lists, check_fields, class_fields
 
 FORMAT_NAME = "feedline"
 FORMAT_VERSION = 4                 # the newest version this code writes (fields beyond label, a class list each)
@@ -186,13 +186,11 @@ class Columns:
 def make_meta(*, count: int, classes: list[str], pack_options: dict, source: str,
               created: str, feedline_version: str, shard: dict | None = None, fields: dict | None = None,
               class_lists: dict[str, list[str]] | None = None) -> dict:
-    """The data-set metadata; ``class_lists`` (field -> its classes) for a store with fields
-    beyond label (``classes`` is then ignored: the label's list, or else the first field's)."""
+    """The data-set metadata; with fields beyond label, ``class_lists`` (field -> its classes) replace ``classes``."""
     extra = {} if shard is None else {"shard": shard}
     if fields is not None and fields != LABEL_ONLY:
         extra["fields"] = check_fields(fields)
-        lists = class_lists or {}
-        extra["class_lists"] = {name: list(lists.get(name, [])) for name in class_fields(extra["fields"])}
+        extra["class_lists"] = {name: list((class_lists or {}).get(name, [])) for name in class_fields(fields)}
         classes = next(iter(extra["class_lists"].values()), [])
     return extra | {
         "format": FORMAT_NAME,
@@ -242,14 +240,10 @@ def parse_meta(raw: bytes | str, where: str) -> dict:
     if version >= 3:
         try:
             meta["fields"] = check_fields(meta.get("fields"))
+            if version >= CLASS_LISTS_VERSION:
+                meta["class_lists"] = check_class_lists(meta.get("class_lists"), meta["fields"])
         except FieldsError as exc:
             raise StoreError(f"{where}: the metadata's fields are damaged ({exc}). Pack it again.") from None
-    if version >= CLASS_LISTS_VERSION:
-        lists = meta.get("class_lists")
-        if (not isinstance(lists, dict) or set(lists) != set(class_fields(meta["fields"]))
-                or not all(isinstance(v, list) and all(isinstance(c, str) for c in v) for v in lists.values())):
-            raise StoreError(f"{where}: the metadata's class lists are damaged (expected one list of names for "
-                             f"each of {', '.join(class_fields(meta['fields'])) or 'no field'}). Pack it again.")
     return meta
 
 

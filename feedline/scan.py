@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple
 
 from .errors import FeedlineError
@@ -60,6 +61,11 @@ class ScanResult:
     def __post_init__(self):
         if not self.class_lists:   # a class-folder scan: the label's list
             self.class_lists = {name: list(self.classes) for name in class_fields(self.fields)}
+
+    @cached_property
+    def places(self) -> dict[str, int]:
+        """Each path's place in ``paths``."""
+        return {p: i for i, p in enumerate(self.paths)}
 
     def part(self, indices) -> "ScanResult":
         """The files ``indices`` (a shuffle, a shard), with their labels and targets."""

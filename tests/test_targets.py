@@ -321,5 +321,5 @@ def test_a_version_4_store_without_its_class_lists_is_refused(labelled, tmp_path
     with feedline.open_dataset(out) as ds:
         meta = dict(ds.meta)
     rewrite_lmdb(out, LMDB_META_KEY, json.dumps(meta | {"class_lists": {"label": CLASSES}}).encode())
-    with pytest.raises(StoreError, match="class lists are damaged .*label, labels, boxes"):
+    with pytest.raises(StoreError, match="fields are damaged .*class lists .*label, labels, boxes"):
         feedline.open_dataset(out)

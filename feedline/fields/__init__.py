@@ -18,7 +18,7 @@ TARGET_DTYPES = {column: dtype for kind in KINDS.values() for column, dtype in k
 LABEL_ONLY = {"label": {}}   # the fields of a store packed before fields were stored (versions 1, 2)
 
 __all__ = ["FIELD_COLUMNS", "FIELD_NAMES", "GEOMETRIC", "KINDS", "LABEL_ONLY", "MIXING", "TARGET_DTYPES", "Field",
-           "FieldsError", "Geometry", "check_fields", "class_fields", "field_objects", "refusing", "segments"]
+           "FieldsError", "Geometry", "check_class_lists", "check_fields", "class_fields", "field_objects", "refusing", "segments"]
 
 
 def check_fields(fields) -> dict[str, dict]:
@@ -26,6 +26,16 @@ def check_fields(fields) -> dict[str, dict]:
     if not isinstance(fields, dict) or not fields or any(k not in KINDS for k in fields):
         raise FieldsError(f"fields {fields!r}: expected a non-empty object of {', '.join(FIELD_NAMES)}")
     return {name: KINDS[name].check_spec(fields[name]) for name in FIELD_NAMES if name in fields}   # stored order
+
+
+def check_class_lists(lists, fields: dict) -> dict[str, list[str]]:
+    """``class_lists`` as stored in the metadata: one list of names for each field with classes."""
+    wanted = class_fields(fields)
+    if (not isinstance(lists, dict) or set(lists) != set(wanted)
+            or not all(isinstance(v, list) and all(isinstance(c, str) for c in v) for v in lists.values())):
+        raise FieldsError(f"class lists {lists!r}: expected one list of names for each of "
+                          f"{', '.join(wanted) or 'no field'}")
+    return {name: list(lists[name]) for name in wanted}
 
 
 def field_objects(fields: dict[str, dict], class_lists: dict[str, list[str]] | None = None) -> dict[str, Field]:
