@@ -23,6 +23,7 @@ _LABEL_WORDS = {"label", "class", "class_name", "class name", "classname", "cate
 COLUMN_WORDS = {**{w: "path" for w in _PATH_WORDS}, **{w: "label" for w in _LABEL_WORDS},
                 **{name: name for name in KINDS}, "classes": "labels", "targets": "target"}
 COLUMNS = ("path", *KINDS)   # path, then a column per field kind
+HEADERLESS = ["path", "label"]   # the columns of a file without a header row
 SEVERAL = ("for several classes per image write a header row `path,labels` and separate the classes "
            "with ';' ({example}); for several numbers per image, `path,target` the same way")
 
@@ -67,7 +68,7 @@ def _header(rows: list[tuple[int, list[str]]], labels_csv: str) -> list[str] | N
     # "relative path,label" or any other words: a non-integer label above integer ones
     if (len(rows) > 1 and len(first) == 2 and not is_int(first[1])
             and all(len(cells) > 1 and is_int(cells[1]) for _, cells in rows[1:])):
-        return ["path", "label"]
+        return list(HEADERLESS)
     return None
 
 
@@ -91,9 +92,9 @@ def read_csv(labels_csv: str) -> tuple[list[str], list[tuple[int, str, dict[str,
     for line, cells in rows:
         if names is None and len(cells) < 2:
             raise FeedlineError(f"{labels_csv}: row {line} needs two columns: relative path, label")
-        expected = names or ["path", "label"]
+        expected = names or HEADERLESS
         if len(cells) > len(expected):
-            advice = SEVERAL.format(example=f"{cells[0]},{';'.join(cells[1:])}") if expected == ["path", "label"] \
+            advice = SEVERAL.format(example=f"{cells[0]},{';'.join(cells[1:])}") if expected == HEADERLESS \
                 else "give each row one cell per column, and quote a cell that holds a comma"
             what = "the header names" if names else "a labels file without a header row has"
             raise FeedlineError(f"{labels_csv}: row {line} has {len(cells)} columns, but {what} "
@@ -103,4 +104,4 @@ def read_csv(labels_csv: str) -> tuple[list[str], list[tuple[int, str, dict[str,
             raise FeedlineError(f"{labels_csv}: row {line} has no {missing} (columns: {','.join(expected)})")
         values = dict(zip(expected, cells, strict=True))
         out.append((line, relative_path(values.pop("path"), labels_csv, f"row {line}"), values))
-    return (names or ["path", "label"]), out
+    return (names or HEADERLESS), out

@@ -18,6 +18,7 @@ import numpy as np
 
 from .fields import (FIELD_COLUMNS, FIELD_NAMES, LABEL_ONLY, TARGET_DTYPES, Field, FieldsError, Geometry,
                      check_fields, field_objects, segments)
+from .format import COLUMN_NAMES
 
 __all__ = ["FIELD_COLUMNS", "FIELD_NAMES", "LABEL_ONLY", "TARGET_DTYPES", "FieldsError", "TargetColumns",
            "check_fields", "segments"]
@@ -50,7 +51,7 @@ class TargetColumns:
 
     def to_bytes(self) -> dict[str, bytes]:
         """The stored bytes of each column; the ``labels`` column is left to `format.column_bytes`."""
-        return {name: self.arrays[name].tobytes() for name in self.column_names() if name != "labels"}
+        return {name: self.arrays[name].tobytes() for name in self.column_names() if name not in COLUMN_NAMES}
 
     @classmethod
     def from_buffers(cls, fields: dict, buffers: dict, count: int,
