@@ -17,9 +17,12 @@ from feedline.sample import make_photo_folder
 NAMES = ["cat", "dog", "emu", "fox"]
 
 
-def labelled_folder(root, n: int = 12, fields=("label", "labels", "target", "boxes", "keypoints")) -> tuple[str, str]:
+def labelled_folder(root, n: int = 12, fields=("label", "labels", "target", "boxes", "keypoints"),
+                    listed_target: bool | None = None) -> tuple[str, str]:
     """(image folder, JSON Lines labels file): ``label`` is the record's own id (``id00`` ..),
-    so a delivered row says which record it is; boxes lie partly outside most crops."""
+    so a delivered row says which record it is; boxes lie partly outside most crops; ``target``
+    is 3 numbers (``listed_target``, by default with a label) or one."""
+    listed_target = "label" in fields if listed_target is None else listed_target
     src = os.path.join(root, "src")
     make_photo_folder(src, n=n, classes=2, seed=7, sizes=[(96, 128), (128, 96), (80, 80)])
     rels = sorted(os.path.relpath(os.path.join(d, f), src) for d, _, fs in os.walk(src) for f in fs)
@@ -32,7 +35,7 @@ def labelled_folder(root, n: int = 12, fields=("label", "labels", "target", "box
         if "labels" in fields:
             row["labels"] = [NAMES[(k + j) % 4] for j in range(1 + k % 3)]
         if "target" in fields:
-            row["target"] = [k / 4, -k, 0.5] if "label" in fields else k / 8
+            row["target"] = [k / 4, -k, 0.5] if listed_target else k / 8
         if "boxes" in fields:
             boxes = []
             for j in range(k % 5):

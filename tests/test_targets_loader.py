@@ -180,7 +180,8 @@ def test_the_readme_targets_block_runs_as_written(packed, tmp_path, monkeypatch)
     [code] = re.findall(r"<!-- readme-test: run where scene.lmdb exists \(every field\) -->\n```python\n(.*?)```",
                         readme, re.S)
     # without a label field, so that ``dataset.classes`` is the labels field's own list
-    src, labels = labelled_folder(str(tmp_path / "scene"), fields=("labels", "target", "boxes"))
+    src, labels = labelled_folder(str(tmp_path / "scene"), fields=("labels", "target", "boxes", "keypoints"),
+                                   listed_target=True)
     pack(src, str(tmp_path / "scene.lmdb"), labels_csv=labels, progress=False)
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
