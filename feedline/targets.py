@@ -113,11 +113,6 @@ class TargetColumns:
             layout |= f.batch_layout(batch_size)
         return layout
 
-    @property
-    def follows_geometry(self) -> bool:
-        """Whether a batch's rows depend on each sample's crop and flip (boxes, keypoints)."""
-        return any(f.follows_geometry for f in self.kinds.values())
-
     def fill(self, indices, out: dict[str, np.ndarray], *, crops=None, flips=None, size=None,
              min_visibility: float = 0.25) -> None:
         """Write the targets of records ``indices`` into ``out`` (arrays of ``batch_layout``,

@@ -42,7 +42,6 @@ class Field:
     spec_keys: ClassVar[dict[str, type]] = {}   # what a spec states, with its type
     has_classes: ClassVar[bool] = False          # it names classes (its own list, its own numbering)
     names_images: ClassVar[bool] = False         # its classes describe whole images (ids warning)
-    follows_geometry: ClassVar[bool] = False     # its rows follow each sample's crop and flip
     refuses: ClassVar[frozenset[str]] = frozenset()   # transform families it cannot follow
     csv: ClassVar[bool] = True                   # a CSV column too, not only a JSON Lines key
     example: ClassVar[str] = ""                  # a JSON Lines value, for messages

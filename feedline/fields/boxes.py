@@ -17,7 +17,6 @@ class Boxes(Field):
     columns = {"box_offsets": "<i8", "box_coords": "<f4", "box_classes": "<i4"}
     spec_keys = {"max": int}
     has_classes = True
-    follows_geometry = True
     refuses = frozenset({GEOMETRIC, MIXING})
     csv = False
     example = '"boxes": [[x0, y0, x1, y1, class], ...]'

@@ -21,7 +21,6 @@ class Keypoints(Field):
     name = "keypoints"
     columns = {"keypoints": "<f4"}
     spec_keys = {"count": int}
-    follows_geometry = True
     refuses = frozenset({GEOMETRIC, MIXING})
     csv = False
     example = '"keypoints": [[x, y, visible], ...]'
