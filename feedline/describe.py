@@ -144,7 +144,8 @@ def format_info(info: DatasetInfo, max_classes: int = 20) -> str:
                      "none (packed before format version 2: pack again to add them)"))
     rows += [
         ("records", f"{info.count:,}"),
-        ("classes", f"{len(info.classes):,}"),
+        ("classes", ", ".join(f"{len(c):,} ({name})" for name, c in info.class_lists.items())
+         if len(info.class_lists) > 1 else f"{len(info.classes):,}"),
         ("fields", describe_fields(info.fields)),
         ("image bytes", f"{human_bytes(info.image_bytes)} total, {human_bytes(info.mean_image_bytes)} mean"),
     ]

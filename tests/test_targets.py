@@ -294,6 +294,7 @@ def test_each_field_has_its_own_class_list_and_info_shows_each(tmp_path):
         "label": [("indoor", 2), ("outdoor", 1)], "labels": [("blue", 1), ("red", 2)], "boxes": [("car", 2), ("dog", 1)]}
     text = format_info(info)
     assert "labels: 2 classes" in text and "boxes: 2 classes" in text and "label: 2 classes" in text
+    assert "2 (label), 2 (labels), 2 (boxes)" in text
     assert verify(out, mode="checksums").ok
 
 
