@@ -33,7 +33,7 @@ from .disk_space import check_room_for, write_failed
 from .journal import JournalEntry, check_entries, scan_digest
 from .normalize import Conversion, Record, check_file, convert
 from .options import Layout, OnError, PackCheck, PackOptions, format_for
-from .records import TargetRefused, add_target_columns, check_targets
+from .records import TargetRefused, add_target_columns, check_resizing, check_targets
 from .ordered import OrderedPool
 from .report import PackReport, Skip, write_error_report
 from .progress import progress_bar
@@ -103,6 +103,7 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
     not_taken = not_taken or []
     fmt = format_for(out, options.format)
     _check_out(out, options)
+    check_resizing(scan, options.max_side)
     writer = make_writer(fmt, out)
     leftovers = writer.leftovers()
     if leftovers and not options.resume:

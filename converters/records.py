@@ -57,6 +57,17 @@ def add_target_columns(columns: dict, scan: ScanResult, paths: list[str], sizes:
     return changed
 
 
+def check_resizing(scan: ScanResult, max_side: int | None) -> None:
+    """PackError before anything is written when --max-side would shrink images whose targets
+    are in their source pixels (boxes, keypoints): those would no longer match the pixels."""
+    kinds = [] if max_side is None or scan.targets is None else \
+        [name for name, f in scan.targets.kinds.items() if f.in_pixels]
+    if kinds:
+        raise PackError(f"{scan.labels_file}: its {' and '.join(kinds)} are in source pixels, and --max-side "
+                        f"{max_side} would shrink the larger images under them: pack without --max-side (the "
+                        "loader resizes every crop anyway)")
+
+
 def check_targets(scan: ScanResult, paths: list[str], sizes: list[list[int]]) -> None:
     """TargetRefused naming the labels file, its row and the file for the first target of the
     records ``paths`` that its image refuses (``sizes``: the stored (height, width) of each), by

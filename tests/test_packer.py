@@ -237,3 +237,19 @@ def test_a_sharded_pack_adds_up_the_clipped_boxes(tmp_path):
     _, out, run = box_pack(tmp_path, lambda k: [[-5, 10, 20, 30, "car"]], num_shards=2)
     report = run()
     assert report.boxes_clipped == 4 and [r.boxes_clipped for r in report.shards] == [2, 2]
+
+
+def test_max_side_is_refused_for_boxes_in_source_pixels(tmp_path):
+    """A shrunk image would no longer match its boxes: refused before anything is written."""
+    import json
+
+    from feedline.sample import make_photo_folder
+    src = tmp_path / "src"
+    make_photo_folder(str(src), n=2, classes=1, seed=2, sizes=[(64, 48)])
+    rels = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.jpg"))
+    labels = tmp_path / "b.jsonl"
+    labels.write_text("".join(json.dumps({"path": r, "boxes": [[1, 1, 9, 9, "car"]]}) + "\n" for r in rels))
+    with pytest.raises(PackError, match=r"b.jsonl: its boxes are in source pixels, and --max-side 32 would shrink"):
+        pack(str(src), str(tmp_path / "o.lmdb"), labels_csv=str(labels), max_side=32, progress=False)
+    assert not (tmp_path / "o.lmdb").exists()
+    pack(str(src), str(tmp_path / "o.lmdb"), labels_csv=str(labels), progress=False)   # without: packed

@@ -43,6 +43,7 @@ class Field:
     has_classes: ClassVar[bool] = False          # it names classes (its own list, its own numbering)
     names_images: ClassVar[bool] = False         # its classes describe whole images (ids warning)
     refuses: ClassVar[frozenset[str]] = frozenset()   # transform families it cannot follow
+    in_pixels: ClassVar[bool] = False            # its values are source pixels: they follow the stored image
     csv: ClassVar[bool] = True                   # a CSV column too, not only a JSON Lines key
     example: ClassVar[str] = ""                  # a JSON Lines value, for messages
     task: ClassVar[str | None] = None            # what `feedline train --task` learns from it, if anything

@@ -18,6 +18,7 @@ class Boxes(Field):
     spec_keys = {"max": int}
     has_classes = True
     refuses = frozenset({GEOMETRIC, MIXING})
+    in_pixels = True
     csv = False
     example = '"boxes": [[x0, y0, x1, y1, class], ...]'
 

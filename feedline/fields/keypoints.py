@@ -22,6 +22,7 @@ class Keypoints(Field):
     columns = {"keypoints": "<f4"}
     spec_keys = {"count": int}
     refuses = frozenset({GEOMETRIC, MIXING})
+    in_pixels = True
     csv = False
     example = '"keypoints": [[x, y, visible], ...]'
 
