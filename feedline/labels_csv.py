@@ -19,9 +19,8 @@ from .fields import KINDS
 
 _PATH_WORDS = {"path", "file", "filename", "file_name", "file name", "relative path", "relative_path",
                "relpath", "image", "image_path", "image path", "img", "name", "filepath", "file path"}
-_LABEL_WORDS = {"label", "class", "class_name", "class name", "classname", "category", "y"}
-COLUMN_WORDS = {**{w: "path" for w in _PATH_WORDS}, **{w: "label" for w in _LABEL_WORDS},
-                **{name: name for name in KINDS}, "classes": "labels", "targets": "target"}
+COLUMN_WORDS = {**{w: "path" for w in _PATH_WORDS},   # a header's words -> the column (each kind's own words)
+                **{w: name for name, kind in KINDS.items() for w in (name, *kind.header_words)}}
 COLUMNS = ("path", *KINDS)   # path, then a column per field kind
 HEADERLESS = ["path", "label"]   # the columns of a file without a header row
 SEVERAL = ("for several classes per image write a header row `path,labels` and separate the classes "

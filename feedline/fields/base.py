@@ -45,6 +45,7 @@ class Field:
     refuses: ClassVar[frozenset[str]] = frozenset()   # transform families it cannot follow
     in_pixels: ClassVar[bool] = False            # its values are source pixels: they follow the stored image
     csv: ClassVar[bool] = True                   # a CSV column too, not only a JSON Lines key
+    header_words: ClassVar[tuple[str, ...]] = ()  # other names of its column in a CSV header
     example: ClassVar[str] = ""                  # a JSON Lines value, for messages
     task: ClassVar[str | None] = None            # what `feedline train --task` learns from it, if anything
 

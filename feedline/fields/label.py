@@ -12,6 +12,7 @@ class Label(Field):
     has_classes = True
     names_images = True
     example = '"label": "cat"'
+    header_words = ("class", "class_name", "class name", "classname", "category", "y")
     task = "classify"
 
     @classmethod

@@ -18,6 +18,7 @@ class Labels(Field):
     has_classes = True
     names_images = True
     example = '"labels": ["cat", "dog"]'
+    header_words = ("classes",)
     task = "multilabel"
 
     @classmethod

@@ -16,6 +16,7 @@ class Target(Field):
     columns = {"targets": "<f4"}
     spec_keys = {"width": int, "scalar": bool}
     example = '"target": [0.5, 2.0]'
+    header_words = ("targets",)
     task = "regress"
 
     @classmethod
