@@ -18,7 +18,8 @@ TARGET_DTYPES = {column: dtype for kind in KINDS.values() for column, dtype in k
 LABEL_ONLY = {"label": {}}   # the fields of a store packed before fields were stored (versions 1, 2)
 
 __all__ = ["FIELD_COLUMNS", "FIELD_NAMES", "GEOMETRIC", "KINDS", "LABEL_ONLY", "MIXING", "TARGET_DTYPES", "Field",
-           "FieldsError", "Geometry", "check_class_lists", "check_fields", "class_fields", "field_objects", "refusing", "segments"]
+           "FieldsError", "Geometry", "check_class_lists", "check_fields", "class_fields", "field_objects",
+           "refusing", "segments"]
 
 
 def check_fields(fields) -> dict[str, dict]:
