@@ -94,10 +94,12 @@ class Field:
         """The columns of records ``idx`` (int64 array), in that order."""
         raise NotImplementedError
 
+    joined_keys: ClassVar[tuple[str, ...]] = ()   # spec keys that parts joined end to end may differ in
+
     @classmethod
     def joined_spec(cls, specs: list[dict]) -> dict:
-        """The spec of parts joined end to end (shards)."""
-        return dict(specs[0])
+        """The spec of parts joined end to end (shards): the largest of each of ``joined_keys``."""
+        return {**specs[0], **{k: max(s[k] for s in specs) for k in cls.joined_keys}}
 
     def record(self, a: dict, i: int, n: int):
         """Record ``i``'s value as plain Python values."""

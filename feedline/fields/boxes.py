@@ -16,6 +16,7 @@ class Boxes(Field):
     name = "boxes"
     columns = {"box_offsets": "<i8", "box_coords": "<f4", "box_classes": "<i4"}
     spec_keys = {"max": int}
+    joined_keys = ("max",)
     has_classes = True
     refuses = frozenset({GEOMETRIC, MIXING})
     in_pixels = True
@@ -60,10 +61,6 @@ class Boxes(Field):
         pos, offsets = segments(a["box_offsets"], idx)
         return {"box_offsets": offsets, "box_coords": a["box_coords"].reshape(-1, 4)[pos],
                 "box_classes": a["box_classes"][pos]}
-
-    @classmethod
-    def joined_spec(cls, specs):
-        return {"max": max(s["max"] for s in specs)}
 
     def record(self, a, i, n):
         lo, hi = a["box_offsets"][i], a["box_offsets"][i + 1]

@@ -15,6 +15,7 @@ class Labels(Field):
     name = "labels"
     columns = {"label_set_offsets": "<i8", "label_set_classes": "<i4"}
     spec_keys = {"max": int}
+    joined_keys = ("max",)
     has_classes = True
     names_images = True
     example = '"labels": ["cat", "dog"]'
@@ -51,10 +52,6 @@ class Labels(Field):
     def take(self, a, idx, n):
         pos, offsets = segments(a["label_set_offsets"], idx)
         return {"label_set_offsets": offsets, "label_set_classes": a["label_set_classes"][pos]}
-
-    @classmethod
-    def joined_spec(cls, specs):
-        return {"max": max(s["max"] for s in specs)}
 
     def record(self, a, i, n):
         off = a["label_set_offsets"]

@@ -21,6 +21,7 @@ from bisect import bisect_right
 import numpy as np
 
 from ..errors import ChecksumError, StoreError
+from ..fields import KINDS
 from ..format import Columns, parse_shard_index
 from ..targets import TargetColumns
 from .base import Store
@@ -207,8 +208,10 @@ def _check_alike(stores: list[Store]) -> None:
 
 
 def _shape_of(fields: dict) -> dict:
-    """What must agree between shards: the fields and each target's width (not the maxima)."""
-    return {name: {k: v for k, v in spec.items() if k != "max"} for name, spec in fields.items()}
+    """What must agree between shards: the fields and their specs, but for what joining them
+    settles (the most labels or boxes of one record: `Field.joined_spec`)."""
+    return {name: {k: v for k, v in spec.items() if k not in KINDS[name].joined_keys}
+            for name, spec in fields.items()}
 
 
 def _in_shard_order(stores: list[Store]) -> list[Store]:
