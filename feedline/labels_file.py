@@ -123,10 +123,12 @@ def read_labels_file(path: str) -> LabelsTable:
     for name in class_fields(fields):
         class_lists[name], index[name] = _classes(parser, lines, [KINDS[name].tokens(p) for p in parsed[name]])
     built = {name: KINDS[name].build(parser, lines, parsed[name], index.get(name, {})) for name in fields}
-    table = LabelsTable(source=path, unit=unit, fields={name: built[name][0] for name in KINDS if name in built},
-                        class_lists=class_lists, classes=next(iter(class_lists.values()), []), rows=seen,
+    specs = {name: built[name][0] for name in KINDS if name in built}   # in stored order
+    labels = _classic_labels(built, len(rows))   # takes the label field out of ``built``
+    table = LabelsTable(source=path, unit=unit, fields=specs, class_lists=class_lists,
+                        classes=next(iter(class_lists.values()), []), rows=seen,
                         position={rel: k for k, (_, rel, _) in enumerate(rows)},
-                        labels=_classic_labels(built, len(rows)), targets=_columns(built, class_lists, len(rows)))
+                        labels=labels, targets=_columns(built, class_lists, len(rows)))
     _warn_ids(table, parsed)
     return table
 
