@@ -1,6 +1,6 @@
 """Which built-in transforms a store's targets allow. Each field kind says which families of
 transform it cannot follow (`feedline.fields`): boxes and keypoints follow the crop and flip,
-but not the affine ops of RandAugment and TrivialAugmentWide (shear, translate, rotate) nor a
+but not the affine ops of the auto-augments (shear, translate, rotate) nor a
 mixer's pasted or blended partner; these are refused before an epoch starts, by name, rather
 than delivering targets that no longer match the pixels. Photometric ops (colour, blur,
 erasing) leave every point where it is and pass."""
@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from ..fields import GEOMETRIC, MIXING, refusing
 from .autoaugment import RandAugment, TrivialAugmentWide
+from .timm_augment import TimmRandAugment
 from .base import TransformError
 from .mix import Mixup
 from .runner import BATCH_OPS, SAMPLE_OPS
 
-FAMILIES = {GEOMETRIC: (RandAugment, TrivialAugmentWide),   # their op sets include ShearX/Y, TranslateX/Y, Rotate
+FAMILIES = {GEOMETRIC: (RandAugment, TrivialAugmentWide, TimmRandAugment),   # ShearX/Y, TranslateX/Y, Rotate
             MIXING: (Mixup,)}
 
 
