@@ -1,0 +1,118 @@
+"""The GPU check's time plan: its stages in order of value, each with a hard cap, the caps
+summing to the call's budget.
+
+    python .ci/gpu/plan.py --budget-s 480          # prints the table
+    python .ci/gpu/plan.py --device-left-s 840     # the budget a call can have, then the table
+
+A device session has 15 minutes of device time in all: the machine's start (1-3 min),
+every call, and the idle time between calls. ``budget_for`` turns what `status` says is
+left into the budget of the one core call; the call's `timeout_s` is that budget plus
+CALL_OVERHEAD_S (Python's start, the summary's last write).
+
+Each stage's cap is its nominal seconds; the stages run in the order listed, the last one
+("rest") gets whatever the others left. When the budget is smaller than the nominal sum,
+the later stages are cut first (a stage is planned only when at least MIN_CAP_S of its cap
+fits), so a short call still does the most valuable work. While the check runs, a stage
+never starts with less time left than the caps still planned after it need: a stage that
+finishes early gives its time to the last one.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+REST = "rest"
+MIN_CAP_S = 5.0
+RESERVE_S = 10.0          # the final summary and results tarball, and a margin
+CALL_OVERHEAD_S = 45      # timeout_s = budget + this (interpreter start, last write, transfer back)
+START_S = 180             # a fresh machine's start, counted on the device time, at worst
+MAX_BUDGET_S = 480        # the core call: at most 8 minutes
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    nominal_s: float       # REST: whatever is left
+    what: str
+    gpu: bool = True       # replaced by a stand-in in the dry run
+
+
+CORE = (
+    Stage("setup", 40, "wheels received, checked, rebuilt; pip install --no-index --target; imports", gpu=False),
+    Stage("smoke", 30, "(a) device, imports, one GPU full decode vs the CPU's, one GPU region decode in a child"),
+    Stage("data", 40, "4,096 photo-like JPEGs on all cores, packed to LMDB"),
+    Stage("cuda_tests", 100, "(b) pytest -m cuda, one process per test file, per-test timeouts"),
+    Stage("loader", 50, "(c) FeedLoader threads on CUDA: loader_img_s (RRC 224, bf16 channels_last, 16 threads)"),
+    Stage("prefetch", 25, "(c) prefetch_overlap: the CUDA prefetcher's copy hidden behind a step"),
+    Stage("gpu_decode", 45, "(d) engine='gpu' (nvImageCodec) vs the CPU threads"),
+    Stage("resnet50", 60, "(e) ResNet-50 bf16, real vs synthetic data, short"),
+    Stage("ddp", 40, "(f) torchrun + NCCL, world size = GPU count; feedline train under torchrun"),
+    Stage("grid_splice", 25, "(g) the grid splice bench: spliced crops vs region decode"),
+    Stage(REST, 0, "pytest -m 'not cuda' with CUDA hidden (CUDA_VISIBLE_DEVICES=''), in whatever time is left"),
+)
+
+DALI = (
+    Stage("setup", 60, "the DALI wheels rebuilt and installed beside the core ones", gpu=False),
+    Stage("smoke", 30, "(a) again, with DALI: import, one mixed decode, one image_slice in a child"),
+    Stage("data", 20, "the photos, reused when the machine is still warm"),
+    Stage("dali_tests", 90, "pytest -m dali, one process per test file"),
+    Stage("dali_decode", 60, "gpu_decode with the DALI row: dali_mixed_img_s"),
+    Stage(REST, 0, "nothing: the summary"),
+)
+
+CALLS = {"core": CORE, "dali": DALI}
+
+
+def plan(stages: tuple[Stage, ...], budget_s: float, scale: float = 1.0) -> dict[str, float]:
+    """Stage name -> cap in seconds, in order; the caps sum to ``budget_s - RESERVE_S * scale``.
+    ``scale`` shrinks every nominal cap (the dry run's stand-ins)."""
+    room = budget_s - RESERVE_S * scale
+    if room < MIN_CAP_S * scale:
+        raise ValueError(f"a budget of {budget_s:.0f} s leaves no room for any stage "
+                         f"(at least {RESERVE_S * scale + MIN_CAP_S * scale:.0f} s)")
+    caps: dict[str, float] = {}
+    for stage in stages:
+        if stage.name == REST:
+            break
+        cap = min(stage.nominal_s * scale, room)
+        if cap < MIN_CAP_S * scale:
+            break
+        caps[stage.name] = round(cap, 3)
+        room -= cap
+    caps[REST] = round(max(room, 0.0), 3)
+    return caps
+
+
+def budget_for(device_left_s: float, warm: bool = False) -> int:
+    """The core call's budget from the device time `status` says is left: the start of a
+    machine (unless one is warm) and the call's overhead come off first; at most 8 minutes."""
+    return int(max(0, min(MAX_BUDGET_S, device_left_s - (0 if warm else START_S) - CALL_OVERHEAD_S)))
+
+
+def table(stages: tuple[Stage, ...], caps: dict[str, float], budget_s: float) -> str:
+    lines = [f"budget {budget_s:.0f} s:"]
+    for stage in stages:
+        cap = caps.get(stage.name)
+        shown = "not planned (budget)" if cap is None else f"{cap:6.1f} s"
+        lines.append(f"  {stage.name:12} {shown:>8}  {stage.what}")
+    lines.append(f"  {'(reserve)':12} {budget_s - sum(caps.values()):6.1f} s  the last summary write and a margin")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--budget-s", type=float)
+    p.add_argument("--device-left-s", type=float, help="status's budget_left_s: prints the budget a core call gets")
+    p.add_argument("--warm", action="store_true", help="a machine is already warm (no start to pay)")
+    p.add_argument("--call", choices=sorted(CALLS), default="core")
+    a = p.parse_args(argv)
+    budget = a.budget_s if a.budget_s is not None else (
+        budget_for(a.device_left_s, a.warm) if a.device_left_s is not None else MAX_BUDGET_S)
+    if a.device_left_s is not None:
+        print(f"device time left {a.device_left_s:.0f} s -> --budget-s {budget:.0f}, timeout_s {budget + CALL_OVERHEAD_S:.0f}")
+    print(table(CALLS[a.call], plan(CALLS[a.call], budget), budget))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
