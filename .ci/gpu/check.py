@@ -25,9 +25,11 @@ stages that need a GPU.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 import traceback
@@ -82,13 +84,16 @@ class Check:
                 [str(work / LIB_DIR)] + [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p]),
             PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1")
         self.caps = plan.plan(plan.CALLS[call], budget_s, scale)
+        # every stage's marker starts with this work folder's: a later check there ends what an
+        # earlier one, stopped at its call's limit, left running in a session of its own
+        self.marker = "w" + hashlib.sha256(str(work.resolve()).encode()).hexdigest()[:10] + "-"
         self.info: dict = {}
         self.data: dict = {}
         self.stage_now = ""
 
     # -- helpers ---------------------------------------------------------------------
     def run(self, cmd: list[str], cap_s: float, log: Path, env: dict | None = None) -> procs.Outcome:
-        token = f"{self.call}-{self.stage_now}-{uuid.uuid4().hex[:10]}"
+        token = f"{self.marker}{self.call}-{self.stage_now}-{uuid.uuid4().hex[:10]}"
         return procs.run_capped(cmd, cap_s, cwd=REPO, env=env or self.env, log=log, token=token)
 
     def probe_json(self, code: str, cap_s: float, name: str) -> dict:
@@ -244,6 +249,9 @@ class Check:
         t0 = time.monotonic()
         deadline = t0 + self.budget_s
         names = list(self.caps)
+        left_over = procs.sweep(self.marker, prefix=True)
+        if left_over:
+            print(f"check: killed {len(left_over)} processes an earlier check left running: {left_over}", flush=True)
         for old in self.stages.glob(f"{self.call}.*.json"):   # a rerun of this call replaces its results
             old.unlink()
         print(plan.table(plan.CALLS[self.call], self.caps, self.budget_s), flush=True)
@@ -281,6 +289,10 @@ class Check:
 REST_STAGE = plan.REST
 
 
+def _stop(signum, frame):
+    raise SystemExit(f"check: stopped by signal {signum}")
+
+
 def keep_namespace(site: Path) -> None:
     """nvImageCodec's nvidia/__init__.py extends the package's path (pkgutil) so that the
     image's own nvidia.* modules import; nvJPEG2000's and nvTIFF's are empty and, installed
@@ -307,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         check = Check(a.call, work, sys.executable, bundles, a.budget_s, a.scale, out, standins, a.tests)
     except ValueError as exc:   # a budget too small for any stage
         p.error(str(exc))
+    signal.signal(signal.SIGTERM, _stop)   # the call's limit: the running stage's group goes with us
     code = check.run_plan()
     if code == NO_CUDA:
         print(f"check: STOP: no CUDA device here ({check.info.get('error')}); the wheels were checked and "

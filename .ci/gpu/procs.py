@@ -43,8 +43,9 @@ def tail_of(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def marked_pids(token: str) -> list[int]:
-    """Processes whose environment carries ``MARKER=token`` (readable ones: our own user's)."""
+def marked_pids(token: str, prefix: bool = False) -> list[int]:
+    """Processes whose environment carries ``MARKER=token`` (or, with ``prefix``, a value
+    starting with ``token``); readable ones only: our own user's."""
     needle = f"{MARKER}={token}".encode()
     found = []
     for entry in Path("/proc").iterdir():
@@ -54,7 +55,8 @@ def marked_pids(token: str) -> list[int]:
             env = (entry / "environ").read_bytes()
         except OSError:   # gone, or another user's
             continue
-        if needle in env.split(b"\0"):
+        values = env.split(b"\0")
+        if needle in values or (prefix and any(v.startswith(needle) for v in values)):
             found.append(int(entry.name))
     return sorted(found)
 
@@ -66,17 +68,18 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
-def sweep(token: str) -> list[int]:
-    """SIGKILL every process still marked with ``token``; the pids killed."""
+def sweep(token: str, prefix: bool = False) -> list[int]:
+    """SIGKILL every process still marked with ``token`` (or a token starting with it);
+    the pids killed."""
     killed = []
-    for pid in marked_pids(token):
+    for pid in marked_pids(token, prefix):
         try:
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
         except (ProcessLookupError, PermissionError):
             pass
     deadline = time.monotonic() + 2.0
-    while killed and time.monotonic() < deadline and marked_pids(token):
+    while killed and time.monotonic() < deadline and marked_pids(token, prefix):
         time.sleep(0.05)
     return killed
 
@@ -103,6 +106,10 @@ def run_capped(cmd: list[str], cap_s: float, *, cwd: Path, env: dict, log: Path,
             except subprocess.TimeoutExpired:
                 _kill_group(proc.pid, signal.SIGKILL)
                 proc.wait()
+        except BaseException:   # the check itself stopped (SIGTERM at the call's limit, ^C): the stage goes too
+            _kill_group(proc.pid, signal.SIGKILL)
+            sweep(token)
+            raise
         _kill_group(proc.pid, signal.SIGKILL)   # whatever of its group outlived it
     orphans = sweep(token)
     seconds = time.monotonic() - t0
