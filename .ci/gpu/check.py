@@ -278,7 +278,7 @@ class Check:
             result.update(stage=name, order=i, cap_s=round(cap, 1), seconds=round(time.monotonic() - started, 1),
                           at_s=round(time.monotonic() - t0, 1))
             self.save(name, result)
-            if name == "smoke" and self.standins is None and not self.info.get("available"):
+            if name == "smoke" and self.standins is None and self.info.get("available") is False:
                 code = NO_CUDA
             self.publish()
             print(f"check: {name}: {result.get('status')} in {result['seconds']:.0f} s (cap {cap:.0f} s)"

@@ -124,6 +124,7 @@ def main_smoke(a) -> dict:
     p = torch.cuda.get_device_properties(0)
     out.update(device=torch.cuda.get_device_name(0), gpus=torch.cuda.device_count(),
                capability=list(torch.cuda.get_device_capability(0)), memory_gib=round(p.total_memory / 2**30, 1))
+    Path(a.out).write_text(json.dumps(out))   # the device is known even if what follows crashes
     from feedline.decoders.nvimgcodec_library import load_nvimgcodec
     from feedline.sources.gpu_region import nvimgcodec_version, region_decode_safe
     nv = load_nvimgcodec()
@@ -138,6 +139,7 @@ def main_smoke(a) -> dict:
     diffs = [float(np.abs(g.astype(int) - c.astype(int)).mean()) if g.shape == c.shape else None
              for g, c in zip(gpu, cpu)]
     out.update(full_decode_diffs=diffs, full_decode_ok=all(d is not None and d <= TOLERANCE for d in diffs))
+    Path(a.out).write_text(json.dumps(out))
     out["region"] = in_child("region", Path(a.out).parent, a.child_cap_s)
     if a.dali:
         out["dali_slice"] = in_child("dali", Path(a.out).parent, a.child_cap_s)
