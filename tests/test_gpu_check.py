@@ -129,3 +129,5 @@ def test_a_check_stopped_by_sigterm_takes_its_running_stage_with_it(tmp_path):
     time.sleep(0.5)
     assert d.marked(token) == []
     assert not any(dryrun._alive(pid) for pid in children)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["stages"]["core.smoke"]["status"] == "stopped"   # said before it went

@@ -113,7 +113,10 @@ class Check:
 
     def publish(self) -> None:
         """summary.json and the results tarball, into the work folder and $OUT."""
-        summary.write(self.stages, self.logs, self.work / "results", self.out)
+        try:
+            summary.write(self.stages, self.logs, self.work / "results", self.out)
+        except Exception:   # the stage files stay; the next stage's write tries again
+            print(f"check: could not write the summary:\n{traceback.format_exc()}", flush=True)
 
     # -- stages ------------------------------------------------------------------------
     def setup(self, cap_s: float) -> dict:
@@ -272,7 +275,11 @@ class Check:
             else:
                 try:
                     result = self.stage(name, cap)
-                except Exception as exc:   # a bug of the check itself: said, and the next stage runs
+                except (Exception, SystemExit) as exc:   # a bug of the check, a refused manifest: said, and on
+                    if isinstance(exc, Stopped):   # the stage's processes are gone (procs); say so, then stop
+                        self.save(name, {"status": "stopped", "reason": str(exc), "stage": name, "order": i})
+                        self.publish()
+                        raise
                     result = {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
                               "tail": procs.tail_of(traceback.format_exc())}
             result.update(stage=name, order=i, cap_s=round(cap, 1), seconds=round(time.monotonic() - started, 1),
@@ -289,8 +296,12 @@ class Check:
 REST_STAGE = plan.REST
 
 
+class Stopped(SystemExit):
+    """SIGTERM: the device call's limit."""
+
+
 def _stop(signum, frame):
-    raise SystemExit(f"check: stopped by signal {signum}")
+    raise Stopped(f"check: stopped by signal {signum}")
 
 
 def keep_namespace(site: Path) -> None:
