@@ -25,7 +25,7 @@ import os
 import torch
 
 from ..decoders.base import Box
-from .gpu_splice import _tensor
+from .gpu_splice import image_tensor
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def crop_on_device(image, box: Box, device: torch.device) -> torch.Tensor | None
     the CPU fallback."""
     if image is None:
         return None
-    whole = image if isinstance(image, torch.Tensor) else _tensor(image, device)
+    whole = image if isinstance(image, torch.Tensor) else image_tensor(image, device)
     if whole.ndim != 3 or box.top + box.height > whole.shape[0] or box.left + box.width > whole.shape[1]:
         return None
     return whole[box.top:box.top + box.height, box.left:box.left + box.width]
