@@ -133,7 +133,7 @@ def dry_run(root: Path, scale: float, bundles: Path | None = None) -> tuple[list
         bundle.pack({"core": tiny_wheel(root / "wheels").parent}, bundles, root / "xz", 1 << 20, 1 << 20)
     standins = root / "standins.json"
     standins.write_text(json.dumps(STANDINS))
-    budget = plan.MAX_BUDGET_S * scale
+    budget = plan.full_budget(plan.CORE, scale) + 15 * scale   # 15 s at scale 1: what the CPU suite gets
     token = uuid.uuid4().hex
     env = dict(os.environ, FEEDLINE_GPU_WORK=str(work), GPU_WHEELS_OUT=str(bundles), OUT=str(out),
                PYTHONUNBUFFERED="1", **{DRY_MARKER: token})
@@ -216,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="the dry run")
-    r.add_argument("--scale", type=float, default=0.1, help="every cap and the budget times this (default 0.1)")
+    r.add_argument("--scale", type=float, default=0.1,
+                   help="the GPU stages' caps and the budget times this (default 0.1); setup runs for real")
     r.add_argument("--keep", type=Path, help="run in this folder and keep it (default: a temporary one)")
     r.add_argument("--bundles", type=Path, help="carry these bundles (e.g. .whl/gpu) instead of a tiny wheel")
     s = sub.add_parser("standin", help=argparse.SUPPRESS)

@@ -34,13 +34,16 @@ class Stage:
     name: str
     nominal_s: float       # REST: whatever is left
     what: str
-    gpu: bool = True       # replaced by a stand-in in the dry run
+    gpu: bool = True       # replaced by a stand-in in the dry run, its cap scaled there; setup runs for real
+
+    def cap_s(self, scale: float = 1.0) -> float:
+        return self.nominal_s * (scale if self.gpu else 1.0)
 
 
 CORE = (
-    Stage("setup", 40, "wheels received, checked, rebuilt; pip install --no-index --target; imports", gpu=False),
+    Stage("setup", 30, "wheels received, checked, rebuilt; pip install --no-index --target; imports", gpu=False),
     Stage("smoke", 30, "(a) device, imports, one GPU full decode vs the CPU's, one GPU region decode in a child"),
-    Stage("data", 40, "4,096 photo-like JPEGs on all cores, packed to LMDB"),
+    Stage("data", 50, "4,096 photo-like JPEGs on all cores, packed to LMDB"),
     Stage("cuda_tests", 100, "(b) pytest -m cuda, one process per test file, per-test timeouts"),
     Stage("loader", 50, "(c) FeedLoader threads on CUDA: loader_img_s (RRC 224, bf16 channels_last, 16 threads)"),
     Stage("prefetch", 25, "(c) prefetch_overlap: the CUDA prefetcher's copy hidden behind a step"),
@@ -66,9 +69,14 @@ DALI_CALLS_S = 2 * RECEIVE_CALL_S + DALI_BUDGET_S + CALL_OVERHEAD_S   # the opti
 CALLS = {"core": CORE, "dali": DALI}
 
 
+def full_budget(stages: tuple[Stage, ...], scale: float = 1.0) -> float:
+    """The budget every stage's nominal cap fits in (with ``scale``: the dry run's)."""
+    return sum(s.cap_s(scale) for s in stages) + RESERVE_S * scale
+
+
 def plan(stages: tuple[Stage, ...], budget_s: float, scale: float = 1.0) -> dict[str, float]:
     """Stage name -> cap in seconds, in order; the caps sum to ``budget_s - RESERVE_S * scale``.
-    ``scale`` shrinks every nominal cap (the dry run's stand-ins)."""
+    ``scale`` shrinks the nominal caps of the stages that need a GPU (the dry run's stand-ins)."""
     room = budget_s - RESERVE_S * scale
     if room < MIN_CAP_S * scale:
         raise ValueError(f"a budget of {budget_s:.0f} s leaves no room for any stage "
@@ -77,7 +85,7 @@ def plan(stages: tuple[Stage, ...], budget_s: float, scale: float = 1.0) -> dict
     for stage in stages:
         if stage.name == REST:
             break
-        cap = min(stage.nominal_s * scale, room)
+        cap = min(stage.cap_s(scale), room)
         if cap < MIN_CAP_S * scale:
             break
         caps[stage.name] = round(cap, 3)
