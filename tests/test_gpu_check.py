@@ -131,3 +131,17 @@ def test_a_check_stopped_by_sigterm_takes_its_running_stage_with_it(tmp_path):
     assert not any(dryrun._alive(pid) for pid in children)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["stages"]["core.smoke"]["status"] == "stopped"   # said before it went
+
+
+def test_the_smoke_decodes_compare_on_the_cpu_backend(monkeypatch):
+    """The smoke test's decodes and comparisons, on nvImageCodec's CPU backend (on the GPU
+    machine the same code runs on the GPU backends): whole images and regions agree."""
+    import smoke
+    from feedline.decoders.nvimgcodec_library import load_nvimgcodec
+    nv = load_nvimgcodec()
+    monkeypatch.setattr(smoke, "gpu_backends", lambda nv: [nv.CPU_ONLY])
+    out = {}
+    smoke.child_region(out)
+    assert out["region_ok"] is True and len(out["region_diffs"]) == smoke.BATCH
+    images = smoke.decode(nv, smoke.jpegs(2), [nv.CPU_ONLY])
+    assert all(image.ndim == 3 and image.shape[2] == 3 for image in images)

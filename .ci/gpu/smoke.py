@@ -48,7 +48,8 @@ def boxes(images) -> list[tuple[int, int, int, int]]:
 
 def decode(nv, data: list, backend) -> list:
     import numpy as np
-    decoder = nv.Decoder(backends=[nv.Backend(b) for b in backend])
+    cpu_only = {"device_id": nv.NVIMGCODEC_DEVICE_CPU_ONLY} if list(backend) == [nv.CPU_ONLY] else {}
+    decoder = nv.Decoder(backends=[nv.Backend(b) for b in backend], **cpu_only)
     params = nv.DecodeParams(apply_exif_orientation=False, color_spec=nv.SRGB)
     return [np.asarray(image.cpu()) for image in decoder.decode(data, params=params)]
 
