@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -71,7 +70,7 @@ def probe(out: Path, cpu: bool) -> dict:
 
 def run_torchrun(args_tail: list[str], timeout: float, nproc: int) -> tuple[int, str, float]:
     t0 = time.perf_counter()
-    proc = subprocess.run(torchrun(nproc) + args_tail, capture_output=True, text=True, timeout=timeout)
+    proc = common.run_for(torchrun(nproc) + args_tail, timeout)
     return proc.returncode, (proc.stdout + proc.stderr)[-3000:], time.perf_counter() - t0
 
 
