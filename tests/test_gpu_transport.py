@@ -176,7 +176,7 @@ def test_the_check_stops_after_the_smoke_test_without_cuda(wheels, tmp_path):
     assert setup["missing"] == [] and setup["problems"] == []
     smoke = json.loads((stages / "core.smoke.json").read_text())
     assert smoke["available"] is False
-    assert json.loads((stages / "core.data.json").read_text())["status"] == "skipped"
+    assert json.loads((stages / "core.cuda_tests.json").read_text())["status"] == "skipped"
     probe = subprocess.run([sys.executable, "-c", "import fl_gpu_probe; print(fl_gpu_probe.VALUE)"],
                            env=dict(os.environ, PYTHONPATH=str(work / "site")), capture_output=True, text=True)
     assert probe.stdout.strip() == "42"

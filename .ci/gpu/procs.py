@@ -4,8 +4,10 @@ Each command starts in a new process group (``start_new_session``) with a marker
 environment (``FEEDLINE_GPU_STAGE=<token>``). On its cap the whole group gets SIGTERM,
 then SIGKILL; and whatever still carries the marker afterwards (a grandchild that made its
 own session, as torchrun's or pytest's children may) is found under /proc and killed too.
-The device tool ends what a call leaves running, except processes in a session of their
-own: without this, a stage's orphans would run on into the next stages and the next call.
+A command that runs its own capped children passes them a token that starts with its own
+(smoke.py does), so they go with it. The device tool ends what a call leaves running,
+except processes in a session of their own: without this, a stage's orphans would run on
+into the next stages and the next call.
 
 The outcome is one of: ok, failed (a non-zero exit), crashed (killed by a signal it did
 not get from here, e.g. SIGSEGV), timed out (its cap), not started (OSError); always with
@@ -108,10 +110,10 @@ def run_capped(cmd: list[str], cap_s: float, *, cwd: Path, env: dict, log: Path,
                 proc.wait()
         except BaseException:   # the check itself stopped (SIGTERM at the call's limit, ^C): the stage goes too
             _kill_group(proc.pid, signal.SIGKILL)
-            sweep(token)
+            sweep(token, prefix=True)
             raise
         _kill_group(proc.pid, signal.SIGKILL)   # whatever of its group outlived it
-    orphans = sweep(token)
+    orphans = sweep(token, prefix=True)
     seconds = time.monotonic() - t0
     text = log.read_bytes().decode("utf-8", "replace")
     rc = proc.returncode

@@ -106,7 +106,7 @@ def in_child(what: str, work: Path, cap_s: float) -> dict:
     out.unlink(missing_ok=True)
     outcome = procs.run_capped([sys.executable, __file__, "--child", what, "--out", str(out)], cap_s, cwd=REPO,
                                env=dict(os.environ), log=work / f"smoke-child-{what}.log",
-                               token=f"smoke-{what}-{uuid.uuid4().hex[:8]}")
+                               token=f"{os.environ.get(procs.MARKER, 'smoke')}-{what}-{uuid.uuid4().hex[:8]}")
     result = json.loads(out.read_text()) if out.is_file() else {}
     return {"status": outcome.status, "signal": outcome.signal, "seconds": round(outcome.seconds, 1),
             **result, **({} if outcome.status == "ok" else {"tail": outcome.tail})}
