@@ -2,7 +2,7 @@
 stages of plan.py in order of value, each under a hard cap, the results under $OUT after
 every stage.
 
-    check.sh --budget-s 480              # the core call (no DALI)
+    check.sh --budget-s 470              # the core call (no DALI)
     check.sh --call dali --budget-s 200  # the optional DALI call, once its bundles arrived
 
 Every stage's command runs in its own process group (procs.py): on its cap the whole group

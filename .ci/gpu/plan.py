@@ -1,7 +1,7 @@
 """The GPU check's time plan: its stages in order of value, each with a hard cap, the caps
 summing to the call's budget.
 
-    python .ci/gpu/plan.py --budget-s 480          # prints the table
+    python .ci/gpu/plan.py --budget-s 470          # prints the table
     python .ci/gpu/plan.py --device-left-s 840     # the budget a call can have, then the table
 
 A device session has 15 minutes of device time in all: the machine's start (1-3 min),
