@@ -145,3 +145,11 @@ def test_the_smoke_decodes_compare_on_the_cpu_backend(monkeypatch):
     assert out["region_ok"] is True and len(out["region_diffs"]) == smoke.BATCH
     images = smoke.decode(nv, smoke.jpegs(2), [nv.CPU_ONLY])
     assert all(image.ndim == 3 and image.shape[2] == 3 for image in images)
+
+
+def test_the_dali_call_fits_its_budget():
+    caps = plan.plan(plan.DALI, plan.DALI_BUDGET_S)
+    assert sum(caps.values()) + plan.RESERVE_S == pytest.approx(plan.DALI_BUDGET_S)
+    assert list(caps)[:5] == ["setup", "smoke", "data", "dali_tests", "dali_decode"]
+    assert plan.dali_budget_for(400) == plan.DALI_BUDGET_S
+    assert plan.dali_budget_for(200) == 200 - 2 * plan.RECEIVE_CALL_S - plan.CALL_OVERHEAD_S
