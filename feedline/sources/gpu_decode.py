@@ -26,9 +26,9 @@ from ..decoders.base import Box
 from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
 from .background import ahead
+from .gpu_region import crop_on_device, gpu_region_decode
 from .normalization import layout_of, normalize_batch
 from .policy import BadRecordPolicy
-from .gpu_region import crop_on_device, gpu_region_decode
 from .target_batches import each_tensor, target_spec, to_device
 from .transforming import transforming
 
