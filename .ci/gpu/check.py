@@ -12,12 +12,9 @@ and the next stage runs. After each stage, WORK/stages/<call>.<stage>.json is wr
 then summary.json and gpu-results.tar.gz are rewritten into $OUT, so a call stopped at its
 limit still returns everything finished.
 
-Why --target and PYTHONPATH, not a venv: the image's python3 is itself a venv
-(/opt/torch/.venv); a venv made from it would not see its torch, and --user installs are
-refused inside a venv. A --target folder leaves the image untouched and puts the carried
-wheels first on the path; its nvidia/__init__.py is the pkgutil namespace form, so the
-image's own nvidia.* packages (cuDNN, NCCL, ...) still import. feedline itself is not
-installed: the repository root is on PYTHONPATH and a `feedline` command is on PATH.
+The carried wheels go into a --target folder first on PYTHONPATH (install.py says why);
+feedline itself is not installed: the repository root is on PYTHONPATH and a `feedline`
+command is on PATH.
 
 --dry-run (`make gpu-dry-run`, dryrun.py) runs the same plan here with stand-ins for the
 stages that need a GPU.
@@ -28,7 +25,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import signal
 import sys
 import time
@@ -39,18 +35,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
+import install  # noqa: E402
 import plan  # noqa: E402
 import procs  # noqa: E402
 import pytest_runs  # noqa: E402
 import summary  # noqa: E402
-import transport  # noqa: E402
 
 NO_CUDA = 3
-IMPORTS = {"core": {"lmdb": "lmdb", "simplejpeg": "simplejpeg", "nvimgcodec": "nvidia.nvimgcodec",
-                    "turbojpeg": "turbojpeg", "xxhash": "xxhash"},
-           "dali": {"dali": "nvidia.dali", "nvimgcodec": "nvidia.nvimgcodec"}}
-LIB_DIR = "debs/usr/lib/x86_64-linux-gnu"   # where carried Debian packages' libraries land
-NAMESPACE = "__path__ = __import__('pkgutil').extend_path(__path__, __name__)\n"
 PHOTOS = 4096
 BENCH = {  # stage -> (script, JSON name, arguments besides --data/--out, sized to fit the caps)
     "loader": ("loader_img_s.py", "loader_img_s.json", ["--batches", "20", "--repeats", "2"]),
@@ -81,7 +72,7 @@ class Check:
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(work / "site"), str(work / "site-dali"), str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
             LD_LIBRARY_PATH=os.pathsep.join(
-                [str(work / LIB_DIR)] + [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p]),
+                [str(work / install.LIB_DIR)] + [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p]),
             PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1")
         self.caps = plan.plan(plan.CALLS[call], budget_s, scale)
         # every stage's marker starts with this work folder's: a later check there ends what an
@@ -95,15 +86,6 @@ class Check:
     def run(self, cmd: list[str], cap_s: float, log: Path, env: dict | None = None) -> procs.Outcome:
         token = f"{self.marker}{self.call}-{self.stage_now}-{uuid.uuid4().hex[:10]}"
         return procs.run_capped(cmd, cap_s, cwd=REPO, env=env or self.env, log=log, token=token)
-
-    def probe_json(self, code: str, cap_s: float, name: str) -> dict:
-        """The JSON object ``code`` prints last on stdout, or what went wrong."""
-        outcome = self.run([self.python, "-c", code], cap_s, self.logs / f"{self.call}.{name}.log")
-        lines = [x for x in (self.logs / f"{self.call}.{name}.log").read_text(errors="replace").splitlines()
-                 if x.startswith("{")]
-        if outcome.status != "ok" or not lines:
-            return {"error": f"{outcome.status}: {outcome.tail[-1500:]}", "status": outcome.status}
-        return json.loads(lines[-1])
 
     def save(self, name: str, result: dict) -> None:
         path = self.stages / f"{self.call}.{name}.json"
@@ -120,53 +102,7 @@ class Check:
 
     # -- stages ------------------------------------------------------------------------
     def setup(self, cap_s: float) -> dict:
-        end = time.monotonic() + cap_s
-        store = self.work / "parts"
-        bundles = sorted(self.bundles.glob("bundle-*"))
-        received, problems = transport.receive(bundles, store) if bundles else ([], [])
-        if not (store / transport.MANIFEST).is_file():
-            return {"status": "failed", "reason": "no wheels received: run `make gpu-wheels` here and carry "
-                    ".whl/gpu/bundle-N (see .ci/gpu/README.md)", "problems": problems}
-        report = transport.assemble(store, self.work / "wheels")
-        mine = [r for r in report["wheels"].values() if r["group"] == self.call and r.get("ok")]
-        ready = sorted(r["path"] for r in mine if r["path"].endswith(".whl"))
-        debs = sorted(r["path"] for r in mine if r["path"].endswith(".deb"))
-        result = {"received_now": len(received), "problems": problems, "groups": report["groups"],
-                  "missing": sorted(f for f, r in report["wheels"].items() if not r["ok"])}
-        for deb in debs:   # unpacked, not installed: only its library is used, through LD_LIBRARY_PATH
-            outcome = self.run(["dpkg-deb", "-x", deb, str(self.work / "debs")], 30, self.logs / "dpkg.log")
-            if outcome.status != "ok":
-                problems.append(f"cannot unpack {Path(deb).name}: {outcome.status}: {outcome.tail[-300:]}")
-        marker = self.site / ".installed.json"
-        if ready and not (marker.is_file() and json.loads(marker.read_text()) == ready):
-            fresh = self.work / "site.new"
-            shutil.rmtree(fresh, ignore_errors=True)
-            outcome = self.run([self.python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                                "--disable-pip-version-check", "--target", str(fresh), *ready],
-                               max(5.0, end - time.monotonic() - 10), self.logs / f"{self.call}.pip.log")
-            if outcome.status != "ok":
-                print(f"check: pip install FAILED ({outcome.status}):\n{outcome.tail}", flush=True)
-                return result | {"status": "failed", "reason": f"pip install {outcome.status}", "tail": outcome.tail}
-            keep_namespace(fresh)
-            shutil.rmtree(self.site, ignore_errors=True)
-            fresh.rename(self.site)
-            marker.write_text(json.dumps(ready))
-        code = ("import importlib, json\nout = {}\n"
-                f"for key, module in {IMPORTS[self.call]!r}.items():\n"
-                "    try:\n        m = importlib.import_module(module)\n"
-                "        if key == 'turbojpeg': m.TurboJPEG()  # finds and loads libturbojpeg\n"
-                "        out[key] = {'ok': True, 'version': getattr(m, '__version__', None), 'file': m.__file__}\n"
-                "    except Exception as exc:\n        out[key] = {'ok': False, 'error': f'{type(exc).__name__}: {exc}'}\n"
-                "import os, sys, nvidia\nout['nvidia_path'] = list(nvidia.__path__)\n"
-                "every = [os.path.join(p, 'nvidia') for p in sys.path if os.path.isdir(os.path.join(p, 'nvidia'))]\n"
-                "out['nvidia_namespace'] = {'ok': all(p in nvidia.__path__ for p in every), 'missing': "
-                "[p for p in every if p not in nvidia.__path__]}\nprint(json.dumps(out))")
-        imports = self.probe_json(code, max(5.0, end - time.monotonic()), "imports")
-        bad = [k for k, v in imports.items() if isinstance(v, dict) and not v.get("ok")]
-        print(f"check: installed {len(ready)} wheels into {self.site}; imports: "
-              + ("all ok" if not bad and "error" not in imports else f"FAILED {bad or imports.get('error')}"), flush=True)
-        return result | {"status": "ok" if ready and not bad and "error" not in imports and not problems else "failed",
-                         "installed": [Path(p).name for p in ready], "imports": imports}
+        return install.setup(self, cap_s)
 
     def smoke(self, cap_s: float) -> dict:
         out = self.work / "smoke.json"
@@ -302,15 +238,6 @@ class Stopped(SystemExit):
 
 def _stop(signum, frame):
     raise Stopped(f"check: stopped by signal {signum}")
-
-
-def keep_namespace(site: Path) -> None:
-    """nvImageCodec's nvidia/__init__.py extends the package's path (pkgutil) so that the
-    image's own nvidia.* modules import; nvJPEG2000's and nvTIFF's are empty and, installed
-    after it, would replace it. Written last, whatever the order of installation was."""
-    init = site / "nvidia" / "__init__.py"
-    if init.parent.is_dir():
-        init.write_text(NAMESPACE)
 
 
 def main(argv: list[str] | None = None) -> int:
