@@ -10,7 +10,7 @@ shows a store's version and metadata.
 The metadata (``make_meta``): ``format`` ("feedline"), ``format_version``, ``checksum``
 ("xxh3_64"), ``count``, ``classes`` (class names; class i is ``classes[i]``),
 ``pack_options``, ``source``, ``created``, ``feedline_version``, and when present
-``fields`` (version 3) and ``shard`` (one shard of a set, below).
+``fields`` (version 3), ``class_lists`` (version 4) and ``shard`` (one shard of a set, below).
 
 Versions: 2 adds the ``checksums`` column (xxh3_64 of each record's bytes, computed
 at pack time, checked by ``Store.read_checked``). Version-1 files still open, without
