@@ -20,7 +20,7 @@ MUTMUT=$(dirname "$PY")/mutmut
 WORK=${MUTANTS_DIR:-${TMPDIR:-/tmp}/feedline-mutants}
 JOBS=${MUTANTS_JOBS:-1}
 
-# area -> "modules to mutate (globs) | tests to run". The CUDA prefetcher, the GPU decoder
+# area -> "modules to mutate (globs) | tests to run". The CUDA Finisher, the GPU decoder
 # and DALI's graph are left out: without a GPU no test reaches them (make gpu-check does).
 LOADER_TESTS="tests/test_loader.py tests/test_loader_oracles.py tests/test_loader_options.py tests/test_loader_resume.py
               tests/test_loader_quasi_random.py tests/test_ledger.py tests/test_sources_ledger.py
@@ -33,7 +33,8 @@ declare -A AREAS=(
   [loader]="feedline/loader.py feedline/ledger.py | $LOADER_TESTS"
   [sources]="feedline/sources/threads.py feedline/sources/decode_queue.py feedline/sources/feed.py
              feedline/sources/host_output.py feedline/sources/policy.py feedline/sources/normalization.py
-             feedline/sources/ring.py |
+             feedline/sources/ring.py feedline/sources/slot.py feedline/sources/rows.py
+             feedline/sources/finisher.py |
              $LOADER_TESTS tests/test_sources_decode_queue.py tests/test_sources_host_output.py
              tests/test_sources_policy.py tests/test_sources_policy_errors.py tests/test_normalize.py
              tests/test_dali_errors.py"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from .choices import Engine
 from .config import LoaderConfig, ring_slots
+from .sources import engine_type
 
 GIB = 1024 ** 3
 
@@ -17,20 +17,13 @@ def batch_pixels(config: LoaderConfig) -> int:
 
 
 def host_bytes(config: LoaderConfig) -> int:
-    """The thread engine's ring (prefetch + 2 uint8 batches) and, on the host, the batch
-    handed to the consumer in its dtype."""
-    if config.engine is not Engine.THREADS:
-        return 0
-    pixels = batch_pixels(config)
-    delivered = 0 if config.output.on_cuda else pixels * config.output.dtype.itemsize
-    return ring_slots(config) * pixels + delivered
+    """The host memory of the engine's buffers, as the engine declares it."""
+    return engine_type(config.engine).buffer_bytes(config)[0]
 
 
 def device_bytes(config: LoaderConfig) -> int:
-    """On a CUDA device: the batches prepared ahead and the one in use, in the output dtype."""
-    if not config.output.on_cuda:
-        return 0
-    return (config.prefetch + 1) * batch_pixels(config) * config.output.dtype.itemsize
+    """The memory of its buffers on a CUDA device, as the engine declares it."""
+    return engine_type(config.engine).buffer_bytes(config)[1]
 
 
 def available_host_bytes() -> int | None:

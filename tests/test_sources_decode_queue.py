@@ -21,9 +21,9 @@ from feedline.errors import DecodeError
 from feedline.plan import EpochPlan
 from feedline.sources.decode_queue import DecodeQueue
 from feedline.sources.feed import Feed
-from feedline.sources.host_output import OutputRing
 from feedline.sources.policy import BadRecordPolicy
-from feedline.sources.ring import StagingRing
+from feedline.sources.ring import Ring, output_slot, staging_ring
+from feedline.sources.rows import HostRows, StagingRows
 from feedline.stats import LoaderStats
 
 
@@ -34,14 +34,14 @@ def epoch_plan(order=Order.RANDOM) -> EpochPlan:
 def queue_for(store, epoch, stats=None, threads=2) -> DecodeQueue:
     stats = stats or LoaderStats()
     return DecodeQueue(store, get_decoder("auto"), BadRecordPolicy(store, OnError.RAISE, epoch, stats.ledger),
-                       num_threads=threads, stats=stats)
+                       num_threads=threads, stats=stats, rows=StagingRows())
 
 
 def drain(feed: Feed) -> list[int]:
     got = []
-    while (job := feed.next_filled()) is not None:
-        got.append(job.plan.number)
-        feed.release(job.slot)
+    while (slot := feed.next_filled()) is not None:
+        got.append(slot.plan.number)
+        feed.release(slot)
     return got
 
 
@@ -57,11 +57,11 @@ def test_a_planning_error_arrives_after_the_batches_before_it(photo_folder):
 
     got = []
     with queue_for(store, epoch) as queue:
-        feed = Feed(queue, plans(), StagingRing(4, 4, (32, 32), pin=False))
+        feed = Feed(queue, plans(), staging_ring(4, 4, (32, 32), None, pin=False))
         with pytest.raises(RuntimeError, match="batch 2"):
-            while (job := feed.next_filled()) is not None:
-                got.append(job.plan.number)
-                feed.release(job.slot)
+            while (slot := feed.next_filled()) is not None:
+                got.append(slot.plan.number)
+                feed.release(slot)
     assert got == [0, 1]
     assert not [t for t in threading.enumerate() if t.name.startswith("feedline-decode")]
 
@@ -79,10 +79,10 @@ def test_plans_are_drawn_by_the_consumer_only_as_slots_free(photo_folder):
             yield plan
 
     with queue_for(store, epoch) as queue:
-        feed = Feed(queue, plans(), StagingRing(3, 4, (32, 32), pin=False))
+        feed = Feed(queue, plans(), staging_ring(3, 4, (32, 32), None, pin=False))
         first = feed.next_filled()
         assert first.plan.number == 0 and len(drawn_on) == 3
-        feed.release(first.slot)
+        feed.release(first)
         assert drain(feed) == list(range(1, epoch.count(len(store))))
     assert set(drawn_on) == {threading.current_thread().name}
     assert len(drawn_on) == epoch.count(len(store))
@@ -94,17 +94,18 @@ def test_the_staging_ring_holds_what_the_decoder_gives(photo_folder):
     from feedline.decoders.base import Box
     store = open_dataset(str(photo_folder))
     epoch = epoch_plan(Order.SEQUENTIAL)
-    ring = StagingRing(3, 4, (32, 32), pin=False)
+    ring = staging_ring(3, 4, (32, 32), None, pin=False)
     decoder = get_decoder("auto")
     with queue_for(store, epoch) as queue:
         feed = Feed(queue, epoch.batches(store.labels, store.sizes), ring)
-        job = feed.next_filled()
+        slot = feed.next_filled()
+        assert slot is ring.slot(slot.number)
         for j in range(4):
             want = np.empty((32, 32, 3), np.uint8)
-            decoder.decode_into(store.read_checked(int(job.plan.indices[j])), Box(*job.plan.boxes[j]),
-                                bool(job.plan.flips[j]), want)
-            assert np.array_equal(ring.images_np[job.slot, j], want)
-        assert ring.labels_np[job.slot].tolist() == job.plan.labels.tolist()
+            decoder.decode_into(store.read_checked(int(slot.plan.indices[j])), Box(*slot.plan.boxes[j]),
+                                bool(slot.plan.flips[j]), want)
+            assert np.array_equal(slot.images[j].numpy(), want)
+        assert slot.labels.tolist() == slot.plan.labels.tolist()
 
 
 def test_a_loader_left_open_does_not_keep_the_process_alive(packed_lmdb):
@@ -132,18 +133,16 @@ def test_a_loader_left_open_does_not_keep_the_process_alive(packed_lmdb):
     assert result.returncode == 0 and result.stdout.strip() == "done", result.stderr[-2000:]
 
 
-class ShortOfMemory(OutputRing):
+def short_of_memory(slots: int, batch_size: int, size: tuple[int, int], output: OutputSpec) -> Ring:
     """The host ring, on a machine that cannot allocate the third batch's tensors."""
+    made = []
 
-    def __init__(self, *args):
-        super().__init__(*args)
-        self.made = 0
-
-    def target(self, slot):
-        self.made += 1
-        if self.made == 3:
+    def make(number: int):
+        made.append(number)
+        if len(made) == 3:
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
-        return super().target(slot)
+        return output_slot(number, batch_size, size, output, None)
+    return Ring(slots, size, make, reuse_held=False)
 
 
 def test_a_batch_that_cannot_be_allocated_fails_in_order_instead_of_going_missing(packed_lmdb):
@@ -156,15 +155,15 @@ def test_a_batch_that_cannot_be_allocated_fails_in_order_instead_of_going_missin
                       drop_last=False)
     stats = LoaderStats()
     queue = DecodeQueue(store, get_decoder("opencv"), BadRecordPolicy(store, OnError.RAISE, epoch, stats.ledger),
-                        num_threads=2, stats=stats)
-    feed = Feed(queue, epoch.batches(store.labels, store.sizes), ShortOfMemory(4, 4, (32, 32), OutputSpec()))
+                        num_threads=2, stats=stats, rows=HostRows(OutputSpec()))
+    feed = Feed(queue, epoch.batches(store.labels, store.sizes), short_of_memory(4, 4, (32, 32), OutputSpec()))
     got, errors = [], []
 
     def consume():
         try:
-            while (batch := feed.next_filled()) is not None:
-                got.append((batch.plan.number, tuple(batch.target.images.shape)))
-                feed.release(batch.slot)
+            while (slot := feed.next_filled()) is not None:
+                got.append((slot.plan.number, tuple(slot.images.shape)))
+                feed.release(slot)
         except RuntimeError as exc:
             errors.append(exc)
 

@@ -8,9 +8,10 @@ batches are the same for any thread count, resume point and engine. Where they r
   uint8 crop before it is normalized into the batch; batch transforms on the consumer's
   thread on the finished batch;
 - thread engine, CUDA output: user callables (and built-ins before them) on the decode
-  threads; the trailing built-ins batched on the prefetcher's side stream on uint8 before
-  normalizing; batch transforms after normalizing, on the side stream;
-- DALI and GPU decode: their uint8 output through the same functions (``finish_pixels``).
+  threads; the trailing built-ins batched on the CUDA Finisher's side stream on uint8
+  before normalizing; batch transforms after normalizing, on the side stream;
+- DALI and GPU decode: their uint8 output through the same functions (``finish_pixels``),
+  by their Finisher (finisher.py).
 
 A sample's parameters belong to its planned index, also when a bad record is substituted.
 """
