@@ -183,7 +183,7 @@ def loader_vs_cpu(packed_lmdb, finisher_cls=None) -> int:
     every batch and the consumer's stream busy, against the same batches on the CPU: how
     many batches differ. Eight decode threads and a ring of three slots refill a released
     slot at once. Epoch 0 runs first, untimed, to fill the allocator's cache."""
-    kwargs = dict(batch_size=8, shuffle=True, size=64, num_threads=8, seed=11, prefetch=1, decoder=cpu_decoder())
+    kwargs = dict(batch_size=8, shuffle=True, size=64, num_workers=8, seed=11, prefetch=1, decoder=cpu_decoder())
     cpu_loader = FeedLoader(str(packed_lmdb), device="cpu", **kwargs)
     cpu_loader.set_epoch(1)
     cpu = [x for x, _ in cpu_loader]
@@ -223,7 +223,7 @@ def test_without_the_copied_event_a_refilled_slot_corrupts_its_batch(packed_lmdb
 
 @pytest.mark.cuda
 def test_gpu_batches_equal_cpu_batches(packed_lmdb):
-    kwargs = dict(batch_size=8, shuffle=True, size=64, num_threads=2, seed=4, decoder=cpu_decoder())
+    kwargs = dict(batch_size=8, shuffle=True, size=64, num_workers=2, seed=4, decoder=cpu_decoder())
     cpu = [(x, y) for x, y in FeedLoader(str(packed_lmdb), device="cpu", **kwargs)]
     gpu_loader = FeedLoader(str(packed_lmdb), device="cuda", **kwargs)
     gpu = [(x.cpu(), y.cpu()) for x, y in gpu_loader]

@@ -21,9 +21,14 @@ def every_builtin():
             GaussianBlur(5, (0.1, 2.0)), RandomErasing(0.5)]
 
 
-def loader(path, threads=2, **kw):
-    options = dict(batch_size=8, shuffle=True, size=SIZE, num_threads=threads, device="cpu", seed=5,
-                   decoder="turbojpeg", transforms=every_builtin(), batch_transforms=[Mixup(1.0, 1.0)])
+def loader(path, threads=2, transforms=None, batch_transforms=None, **kw):
+    """A loader with every built-in and Mixup unless told otherwise (``transforms`` may be a
+    TransformSpec, which then carries the batch transforms)."""
+    if not isinstance(transforms, TransformSpec):
+        transforms = TransformSpec(every_builtin() if transforms is None else transforms,
+                                   [Mixup(1.0, 1.0)] if batch_transforms is None else batch_transforms)
+    options = dict(batch_size=8, shuffle=True, size=SIZE, num_workers=threads, device="cpu", seed=5,
+                   decoder="turbojpeg", transforms=transforms)
     options.update(kw)
     return FeedLoader(str(path), **options)
 
@@ -133,7 +138,7 @@ def test_bad_transforms_name_the_argument(packed_lmdb, kw, match):
 def test_transform_spec_and_lists_give_the_same_batches(packed_lmdb):
     ops, mix = [RandAugment(2, 9)], [CutMix(1.0)]
     with loader(packed_lmdb, transforms=ops, batch_transforms=mix) as listed, \
-            loader(packed_lmdb, transforms=TransformSpec(ops, mix), batch_transforms=()) as spec:
+            loader(packed_lmdb, transforms=TransformSpec(ops, mix)) as spec:
         same(epoch(listed, 2), epoch(spec, 2))
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from storefiles import make_records, write_hdf5, write_lmdb
 
-from feedline import FeedLoader, open_dataset
+from feedline import FeedLoader, OrderSpec, open_dataset
 from feedline.augment import AugmentSpec
 from feedline.choices import Order
 from feedline.plan import EpochPlan
@@ -234,7 +234,8 @@ class HintedFirst(RecordingStore):
 @pytest.mark.parametrize("kind", ["lmdb-photos", "hdf5"])
 def test_quasi_random_loader_advises_its_rank_and_yields_the_planned_batches_also_resumed(stores, kind):
     base = open_dataset(stores[kind])
-    common = dict(batch_size=4, size=16, shuffle=True, order="quasi-random", seed=3, num_threads=2, rank=1, world_size=2)
+    common = dict(batch_size=4, size=16, shuffle=True, seed=3, num_workers=2,
+                  order=OrderSpec("quasi-random", rank=1, world_size=2))
     store = HintedFirst(base)
     with FeedLoader(store, **common) as loader:
         full = [(x.clone(), y.clone()) for x, y in loader]

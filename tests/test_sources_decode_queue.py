@@ -113,7 +113,7 @@ def test_a_loader_left_open_does_not_keep_the_process_alive(packed_lmdb):
     the decode threads do not hold the interpreter open."""
     # In this process first (where mutation testing sees which code a test reaches): the
     # decode threads a loader starts are daemons.
-    loader = FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_threads=2, device="cpu", decoder="opencv")
+    loader = FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_workers=2, device="cpu", decoder="opencv")
     it = iter(loader)
     next(it)
     threads = [t for t in threading.enumerate() if t.name.startswith("feedline-decode")]
@@ -122,7 +122,7 @@ def test_a_loader_left_open_does_not_keep_the_process_alive(packed_lmdb):
     script = textwrap.dedent(f"""
         import sys
         from feedline import FeedLoader
-        loader = FeedLoader({str(packed_lmdb)!r}, batch_size=4, size=32, num_threads=2, device="cpu",
+        loader = FeedLoader({str(packed_lmdb)!r}, batch_size=4, size=32, num_workers=2, device="cpu",
                             decoder="opencv")
         it = iter(loader)
         next(it)
@@ -182,7 +182,7 @@ def test_a_batch_that_cannot_be_allocated_fails_in_order_instead_of_going_missin
 def test_the_thread_time_of_each_stage_is_a_share_of_the_epoch(packed_lmdb):
     """read_s, decode_s and copy_s are seconds the decode threads spent in each stage:
     positive, and none more than the epoch's wall time times the number of threads."""
-    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=32, num_threads=2, device="cpu", decoder="opencv")
+    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=32, num_workers=2, device="cpu", decoder="opencv")
     started = time.perf_counter()
     assert sum(len(y) for _, y in loader) == 48
     elapsed = time.perf_counter() - started
@@ -201,7 +201,7 @@ def test_raise_mode_stops_decoding_a_failed_batch_and_says_so_at_once(tmp_path):
     for index in (8, 10):
         records.images[index] = b"\xff\xd8\xff\xe0 this is not really a jpeg" * 10
     loader = FeedLoader(write_lmdb(tmp_path / "bad.lmdb", records), batch_size=4, size=16, shuffle=False,
-                        num_threads=1, device="cpu", decoder="opencv")
+                        num_workers=1, device="cpu", decoder="opencv")
     got, errors = [], []
 
     def consume():

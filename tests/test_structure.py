@@ -94,7 +94,7 @@ LAYERS = [
     ("transforms", ["feedline.transforms"]),
     ("converters and tools", ["converters", "feedline.verify", "feedline.describe"]),
     ("sources", ["feedline.sources"]),
-    ("loader", ["feedline.loader", "feedline.memory"]),   # memory asks the engines for their buffers' bytes
+    ("loader", ["feedline.loader", "feedline.memory", "feedline.keywords"]),   # memory asks the engines for their buffers' bytes
     ("trainer", ["feedline.train"]),
     ("cli", ["feedline.cli", "feedline.__main__"]),
 ]

@@ -37,17 +37,17 @@ def test_the_flags_make_the_loader_arguments():
                       mixup_prob=0.9, mixup_switch_prob=0.4, label_smoothing=0.1, size=64, size_start=32,
                       size_ramp_epochs=4, eval_size=96)
     train = loader_options(cfg, True, 10)
-    ra, jitter, erase = train["transforms"]
+    ra, jitter, erase = train["transforms"].transforms
     assert isinstance(ra, RandAugment) and (ra.num_ops, ra.magnitude) == (2, 9)
     assert isinstance(jitter, ColorJitter) and isinstance(erase, RandomErasing) and erase.p == 0.25
-    (mix,) = train["batch_transforms"]
+    (mix,) = train["transforms"].batch_transforms
     assert isinstance(mix, Mixup)
     assert (mix.mixup_alpha, mix.cutmix_alpha, mix.prob, mix.switch_prob) == (0.8, 1.0, 0.9, 0.4)
     assert (mix.label_smoothing, mix.num_classes) == (0.1, 10)
     assert isinstance(train["size"], ProgressiveSize) and [train["size"].size(e) for e in (0, 4)] == [32, 64]
     assert loader_options(cfg, False, 10) == {"size": 96}
     plain = loader_options(TrainConfig(synthetic=True, aa="trivial"), True, 10)
-    assert isinstance(plain["transforms"][0], TrivialAugmentWide) and plain["batch_transforms"] == []
+    assert isinstance(plain["transforms"].transforms[0], TrivialAugmentWide) and plain["transforms"].batch_transforms == ()
 
 
 @pytest.mark.parametrize("argv, message", [

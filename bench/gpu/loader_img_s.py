@@ -34,7 +34,7 @@ def feedline_stream(packed: str, args, device: str):
     import torch
     from feedline import FeedLoader
     loader = FeedLoader(packed, batch_size=args.batch_size, shuffle=True, train=True, size=224,
-                        num_threads=args.threads, device=device, dtype=torch.bfloat16, channels_last=True,
+                        num_workers=args.threads, device=device, dtype=torch.bfloat16,
                         drop_last=True, decoder=args.decoder)
     return loader, forever(lambda: loader)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ..config import TransformSpec
 from ..size_schedule import ProgressiveSize
 from ..transforms import ColorJitter, Mixup, RandAugment, RandomErasing, TrivialAugmentWide
 from .recipe_options import RecipeOptions, parse_aa
@@ -39,8 +40,8 @@ def train_size(cfg: RecipeOptions):
 
 
 def loader_options(cfg: RecipeOptions, train: bool, num_classes: int | None) -> dict:
-    """FeedLoader's size, transforms and batch_transforms for the training or validation loader."""
+    """FeedLoader's size and transforms (a TransformSpec) for the training or validation loader."""
     if not train:
         return {"size": cfg.eval_size or cfg.size}
-    return {"size": train_size(cfg), "transforms": sample_transforms(cfg),
-            "batch_transforms": batch_transforms(cfg, num_classes)}
+    return {"size": train_size(cfg),
+            "transforms": TransformSpec(sample_transforms(cfg), batch_transforms(cfg, num_classes))}
