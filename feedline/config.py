@@ -136,11 +136,6 @@ class LoaderConfig:
     transforms: TransformSpec = TransformSpec()
     size_schedule: SizeSchedule | None = None   # size per epoch; augment.size is epoch 0's
 
-    @property
-    def min_box_visibility(self) -> float:
-        """Targets: boxes with less of their area in the crop are dropped (AugmentSpec's)."""
-        return self.augment.min_box_visibility
-
     def spec_at(self, epoch: int) -> AugmentSpec:
         """The crop and flip of ``epoch``: ``augment`` at the schedule's size for that epoch."""
         if self.size_schedule is None:
@@ -179,13 +174,6 @@ class LoaderConfig:
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
         check_position(self.rank, self.world_size)
-
-
-def ring_slots(config: LoaderConfig) -> int:
-    """The slots of the thread engine's ring (its buffers, and the memory check's): the
-    ``prefetch`` batches filled ahead and two more, the batch the consumer holds and the one
-    before it (host_output.py)."""
-    return config.prefetch + 2
 
 
 def usable_cores() -> int:

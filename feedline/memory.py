@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from .config import LoaderConfig, ring_slots
+from .config import LoaderConfig
 from .sources import engine_type
+from .sources.ring import ring_slots
 
 GIB = 1024 ** 3
 
@@ -55,13 +56,14 @@ def check_buffers_fit(config: LoaderConfig) -> None:
     h, w = config.augment.size
     what = f"batch_size={config.batch_size} at {h}x{w}"
     advice = "use a smaller batch_size (or size, or prefetch)"
-    need, free = host_bytes(config), available_host_bytes()
+    host, device = engine_type(config.engine).buffer_bytes(config)   # asked once: what the engine allocates
+    need, free = host, available_host_bytes()
     if need and free is not None and need > free:
-        slots, batch = ring_slots(config), batch_pixels(config) / GIB
+        slots, batch = ring_slots(config.prefetch), batch_pixels(config) / GIB
         raise MemoryError(f"{what}: the batch buffers need about {need / GIB:,.1f} GiB of memory ({slots} uint8 "
                           f"batches of {batch:,.2f} GiB for prefetch={config.prefetch}, and the batch delivered), "
                           f"but {free / GIB:,.1f} GiB is available; {advice}")
-    need = device_bytes(config)
+    need = device
     if need:
         free = torch.cuda.mem_get_info(torch.device(config.output.device))[0]
         if need > free:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import LoaderConfig, OutputSpec
+from ..config import OutputSpec
 from .finisher import Filled, Finished, finish_batch
 from .slot import Slot
 from .target_batches import TargetSpec, batch_targets, each_tensor, to_device
@@ -39,12 +39,9 @@ def hand_over(images: torch.Tensor, targets, ready: torch.cuda.Event, device: to
     return images, targets
 
 
-def device_batches_bytes(config: LoaderConfig) -> int:
+def device_batches_bytes(prefetch: int, batch_pixels: int, output: OutputSpec) -> int:
     """On a CUDA device: the batches prepared ahead and the one in use, in the output dtype."""
-    if not config.output.on_cuda:
-        return 0
-    h, w = config.augment.size
-    return (config.prefetch + 1) * config.batch_size * h * w * 3 * config.output.dtype.itemsize
+    return (prefetch + 1) * batch_pixels * output.dtype.itemsize if output.on_cuda else 0
 
 
 class CudaFinisher:

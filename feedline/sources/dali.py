@@ -187,7 +187,8 @@ class DaliBatches:
 def dali_buffer_bytes(config: LoaderConfig) -> tuple[int, int]:
     """(host, device) bytes of the buffers feedline allocates for DALI: the batches on a CUDA
     device (DALI's own pipeline memory is DALI's)."""
-    return 0, device_batches_bytes(config)
+    h, w = config.augment.size
+    return 0, device_batches_bytes(config.prefetch, config.batch_size * h * w * 3, config.output)
 
 
 def pipeline_config(config: LoaderConfig, size: tuple[int, int], pixels: bool) -> LoaderConfig:

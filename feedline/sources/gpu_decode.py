@@ -60,7 +60,8 @@ class GpuDecodeBatches:
     @staticmethod
     def buffer_bytes(config: LoaderConfig) -> tuple[int, int]:
         """(host, device) bytes of its buffers: the CUDA Finisher's batches on the device."""
-        return 0, device_batches_bytes(config)
+        h, w = config.augment.size
+        return 0, device_batches_bytes(config.prefetch, config.batch_size * h * w * 3, config.output)
 
     # -- one batch, on the producer thread --------------------------------------------
 

@@ -22,6 +22,12 @@ from .slot import Slot
 from .target_batches import TargetSpec
 
 
+def ring_slots(prefetch: int) -> int:
+    """The Slots of the thread engine's ring: the ``prefetch`` batches filled ahead and two
+    more, the batch the consumer holds and the one before it (host_output.py)."""
+    return prefetch + 2
+
+
 class Ring:
     """Makes the Slot of each ring position; ``reuse_held=False`` makes a position's Slot
     anew whenever anything besides the ring holds one of its tensors."""

@@ -57,7 +57,7 @@ def target_spec(store, config) -> TargetSpec | None:
     ``label`` (the classic int64 labels, delivered as they always were)."""
     if set(store.fields) == {"label"}:
         return None
-    return TargetSpec(store, config.batch_size, config.min_box_visibility)
+    return TargetSpec(store, config.batch_size, config.augment.min_box_visibility)
 
 
 def plan_targets(spec: TargetSpec | None, slot) -> None:

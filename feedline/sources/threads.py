@@ -13,7 +13,7 @@ from typing import Iterator
 
 import torch
 
-from ..config import LoaderConfig, ring_slots
+from ..config import LoaderConfig
 from ..decoders.base import Decoder
 from ..plan import EpochPlan
 from ..stats import LoaderStats
@@ -22,7 +22,7 @@ from .decode_queue import DecodeQueue
 from .feed import Feed
 from .parts import EngineParts
 from .readahead import read_ahead
-from .ring import Ring, output_ring, staging_ring
+from .ring import Ring, output_ring, ring_slots, staging_ring
 from .rows import HostRows, StagingRows
 
 LENT = 2   # a host batch the consumer holds, and the one before it, are still its own
@@ -53,12 +53,12 @@ class ThreadBatches:
         on the host, the batch handed to the consumer in its dtype; on a CUDA device the
         CUDA Finisher's batches."""
         h, w = config.augment.size
-        pixels = config.batch_size * h * w * 3
-        delivered = 0 if config.output.on_cuda else pixels * config.output.dtype.itemsize
-        return ring_slots(config) * pixels + delivered, device_batches_bytes(config)
+        pixels, output = config.batch_size * h * w * 3, config.output
+        delivered = 0 if output.on_cuda else pixels * output.dtype.itemsize
+        return ring_slots(config.prefetch) * pixels + delivered, device_batches_bytes(config.prefetch, pixels, output)
 
     def _ring(self, size: tuple[int, int]) -> Ring:
-        c, slots = self.config, ring_slots(self.config)
+        c, slots = self.config, ring_slots(self.config.prefetch)
         if c.output.on_cuda:
             return staging_ring(slots, c.batch_size, size, self.targets, pin=True)
         return output_ring(slots, c.batch_size, size, c.output, self.targets, pin=c.pin_memory)

@@ -100,8 +100,9 @@ def store_classes(store) -> int | None:
 def transforming(store, config, batched_on_device: bool | None = None) -> Transforming | None:
     """The transforms of ``config`` for a source reading ``store``; None when there are none.
     A TransformError first when the store's boxes cannot follow one of them."""
-    check_transforms_for_targets(store.fields, config.transforms.transforms, config.transforms.batch_transforms)
-    if not config.transforms:
+    spec = config.transforms
+    check_transforms_for_targets(store.fields, spec.transforms, spec.batch_transforms)
+    if not (spec.transforms or spec.batch_transforms):
         return None
     on_device = config.output.on_cuda if batched_on_device is None else batched_on_device
     return Transforming(config.transforms, config.seed, store_classes(store), on_device)
