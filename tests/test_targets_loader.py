@@ -55,7 +55,7 @@ def check_epoch(loader, epoch: int) -> list[int]:
         assert got["boxes"].shape == (len(images), m, 4) and got["target"].shape == (len(images), 3)
         for row in range(len(images)):
             record = ids[int(got["label"][row])]
-            check_row(got, row, expected_row(store, record, c.spec_at(epoch), c.seed, epoch, c.min_box_visibility),
+            check_row(got, row, expected_row(store, record, c.spec_at(epoch), c.seed, epoch, c.augment.min_box_visibility),
                       m)
             seen.append(record)
     return seen
