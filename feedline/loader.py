@@ -27,7 +27,7 @@ from .selection import resolve_engine_and_decoder
 from .size_schedule import schedule_of
 from .sources import make_source
 from .stats import LoaderStats
-from .stores import Store, open_dataset
+from .stores import Store, is_remote, open_dataset
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +48,15 @@ class FeedLoader:
     (uint8 when ``mean=None``), in ``dtype`` and channels_last memory, on ``device``;
     labels int64 on ``device`` (a store with other fields: that field's tensor or a dict; README "Targets").
 
-    ``source``: a packed .lmdb/.h5 file, shards, an image folder, or an open Store.
+    ``source``: a packed .lmdb/.h5 file, shards, an image folder, an open Store, or a shard
+    index in a bucket ("s3://bucket/train.shards.json"; README "Training from a bucket").
     ``engine``: "threads" (per-image decoders on CPU threads), "dali", "gpu" (nvImageCodec
     on the GPU) or "auto" (dali on CUDA when DALI is installed, else threads). ``decoder``:
     the thread engine's codec, a registered name ("auto", "nvimgcodec", "turbojpeg",
     "simplejpeg", "opencv", "pil", or yours: feedline.decoders.register_decoder) or a Decoder.
     ``augment=AugmentSpec(...)`` or its loose keywords (size, train, scale, ratio,
     crop_fraction, flip), ``output=OutputSpec(...)`` or its (mean, std, dtype,
-    channels_last): each group one way. ``order`` ("sequential", "random", "quasi-random")
+    channels_last): each group one way. ``order`` ("sequential", "random", "quasi-random", "shards")
     decides the order when given; ``shuffle`` may then be left out or must agree with it.
     Order, crops and flips are pure functions of (seed, epoch, index): the same batches for
     any thread count or engine; ``state_dict()`` resumes mid-epoch exactly. One iteration
@@ -84,7 +85,7 @@ class FeedLoader:
                                train=train, scale=scale, ratio=ratio, crop_fraction=crop_fraction, flip=flip)
         chosen = resolve_engine_and_decoder(engine, decoder, output.device, self.store)
         self.config = LoaderConfig(
-            batch_size=batch_size, order=choose_order(shuffle, order), drop_last=drop_last, seed=seed,
+            batch_size=batch_size, order=choose_order(shuffle, order, is_remote(self.store)), drop_last=drop_last, seed=seed,
             num_threads=choose_threads(num_threads, num_workers), prefetch=prefetch, engine=chosen.engine,
             decoder=chosen.decoder_name, on_error=on_error, output=output, rank=rank, world_size=world_size,
             even_shards=even_shards, quasi_random=tuple(quasi_random), pin_memory=choose_pinning(pin_memory),
@@ -131,7 +132,9 @@ class FeedLoader:
         self._started = True
         c = self.config
         epoch = EpochPlan(c.spec_at(self._position.epoch), c.seed, self._position.epoch, c.order, c.batch_size,
-                          c.drop_last, c.rank, c.world_size, c.even_shards, *c.quasi_random)
+                          c.drop_last, c.rank, c.world_size, c.even_shards, *c.quasi_random,
+                          shards=self.store.shard_counts() if c.order is Order.SHARDS else ())
+        self.store.will_visit(epoch.samples(len(self.store))[self._position.batch * c.batch_size:])
         self.stats = LoaderStats()
         iterator = EpochIterator(self._deliver(epoch))
         # Held weakly: an iterator the caller drops is finalized at once, and closing it
@@ -231,8 +234,8 @@ def open_source(source) -> Store:
     kind = type(source).__name__
     hint = (" (a map-style dataset, such as a torch Dataset, is not read directly)"
             if hasattr(source, "__getitem__") and hasattr(source, "__len__") else "")
-    raise TypeError(f"FeedLoader reads packed images: a .lmdb or .h5 file, a shard index, glob or list of "
-                    f"shards, an image folder, or an open Store; got a {kind}{hint}. Pack your images first: "
+    raise TypeError(f"FeedLoader reads packed images: a .lmdb or .h5 file, a shard index (local or s3://), "
+                    f"a glob or list of shards, an image folder, or an open Store; got a {kind}{hint}. Pack your images first: "
                     "`feedline pack IMAGE_FOLDER OUT.lmdb` (one folder per class, or --labels CSV), then "
                     "FeedLoader('OUT.lmdb', ...)")
 

@@ -142,6 +142,9 @@ class ShardedStore(Store):
     def byte_lengths(self) -> np.ndarray:
         return np.concatenate([s.byte_lengths() for s in self._stores])   # a set has at least one shard
 
+    def shard_counts(self) -> tuple[int, ...]:
+        return tuple(len(s) for s in self._stores)
+
     def layout_problems(self) -> list[str]:
         return [f"shard {os.path.basename(s.filename)}: {p}" for s in self._stores for p in s.layout_problems()]
 
