@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from feedline.errors import PackError
+
 from .options import OnError, OutputFormat, PackOptions
 from .report import PackReport, Skip, SkipReason, read_error_report
 
@@ -40,6 +42,15 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions | 
         options = PackOptions(**kw)
     elif kw:
         options = dataclasses.replace(options, **kw)
+    from feedline.stores.urls import check_url, url_scheme
+    if url_scheme(src):
+        check_url(src)
+        raise PackError(f"{src}: pack reads a local image folder (or local WebDataset .tar files); "
+                        "copy the images to a local disk first")
+    if url_scheme(out):
+        check_url(out)
+        from .upload import pack_to_bucket
+        return pack_to_bucket(src, os.fspath(out), options)
     if options.sharded:
         from .shards import pack_sharded
         return pack_sharded(src, out, options)
@@ -51,6 +62,11 @@ def join_shards(out: str | os.PathLike) -> str:
     """Write OUT.shards.json for the complete shards OUT-NNNNN-of-NNNNN.EXT next to ``out``
     (packed on one machine or on several, with --shard-index); returns its path.
     PackError/StoreError when a shard is missing or repeated, or the shards disagree."""
+    from feedline.stores.urls import check_url, url_scheme
+    if url_scheme(out):
+        check_url(out)
+        raise PackError(f"{out}: --join writes a local index; `feedline pack SRC {out} --num-shards N` "
+                        "uploads a data set with its index")
     from .shards import join
     return join(out)
 

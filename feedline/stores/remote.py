@@ -87,7 +87,7 @@ class Bucket:
         try:
             import obstore
         except ImportError:
-            raise BackendUnavailable(f"reading {scheme}:// needs obstore: pip install obstore") from None
+            raise BackendUnavailable(f"reading {scheme}:// needs obstore: pip install 'feedline[s3]' (or obstore)") from None
         self._obstore = obstore
         self.scheme, self.name, self.options = scheme, name, options
         self._store = _STORES[scheme](name, options)

@@ -57,7 +57,7 @@ class LazyShard(Store):
 
     def __init__(self, name: str, url: str, kind: str, size: int | None, head: tuple, fetcher: "_Fetcher"):
         self.name, self.filename, self.kind, self.size_bytes = name, url, kind, size
-        self.meta, self.columns, self._targets = head
+        self.meta, self.columns, self._targets, self._lengths = head
         self.classes = list(self.meta["classes"])
         self._fetcher = fetcher
         self._lock = threading.Lock()
@@ -76,6 +76,9 @@ class LazyShard(Store):
         finally:
             with self._lock:
                 self._reading -= 1
+
+    def byte_lengths(self) -> np.ndarray:
+        return self._lengths   # from the head: nothing fetched
 
     def release(self) -> None:
         """Close the cached file if no read is in flight (reads after this open it again)."""

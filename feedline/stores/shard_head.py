@@ -22,7 +22,8 @@ HEAD_SUFFIX = ".head"
 def head_bytes(store: Store) -> bytes:
     """The head of the open shard ``store``."""
     buffers = {**store.columns.to_bytes(), **store.target_columns.to_bytes()}
-    arrays = {"meta": np.frombuffer(meta_to_bytes(store.meta), dtype=np.uint8)}
+    arrays = {"meta": np.frombuffer(meta_to_bytes(store.meta), dtype=np.uint8),
+              "byte_lengths": np.asarray(store.byte_lengths(), dtype="<i8")}
     arrays.update({f"column.{name}": np.frombuffer(buffers[name], dtype=np.uint8)
                    for name in column_names(store.meta)})
     out = io.BytesIO()
@@ -30,14 +31,19 @@ def head_bytes(store: Store) -> bytes:
     return out.getvalue()
 
 
-def parse_head(raw: bytes, where: str) -> tuple[dict, Columns, TargetColumns]:
-    """(metadata, columns, target columns) of a shard's head; StoreError when damaged."""
+def parse_head(raw: bytes, where: str) -> tuple[dict, Columns, TargetColumns, np.ndarray]:
+    """(metadata, columns, target columns, each record's byte length) of a shard's head;
+    StoreError when damaged."""
     try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
             meta = parse_meta(npz["meta"].tobytes(), where)
             buffers = {name: npz[f"column.{name}"].tobytes() for name in column_names(meta)}
+            lengths = npz["byte_lengths"].astype(np.int64)
     except (ValueError, KeyError, OSError, EOFError) as exc:
         raise StoreError(f"{where}: the shard's head is damaged ({exc}); upload the data set again "
                          "with `feedline pack SRC URL --resume`") from None
     count = meta["count"]
-    return meta, load_columns(buffers, count, where), load_targets(meta, buffers, count, where)
+    if len(lengths) != count:
+        raise StoreError(f"{where}: the shard's head lists {len(lengths)} record lengths for {count} records; "
+                         "upload the data set again with `feedline pack SRC URL --resume`")
+    return meta, load_columns(buffers, count, where), load_targets(meta, buffers, count, where), lengths
