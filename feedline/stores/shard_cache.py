@@ -38,6 +38,7 @@ class ShardCache:
                                  "FEEDLINE_CACHE_DIR (or cache_dir) to a writable folder") from None
         self._lock = threading.Lock()
         self.fetched_bytes = 0   # by this process, since it opened the cache
+        self.fetched: list[str] = []   # the shards this process fetched, in order
         self.peak_bytes = 0      # the most the folder held after one of this process's fetches
 
     def path(self, name: str) -> str:
@@ -78,6 +79,7 @@ class ShardCache:
                 raise
             with self._lock:
                 self.fetched_bytes += written
+                self.fetched.append(name)
                 self.peak_bytes = max(self.peak_bytes, self.used_bytes())
             return path
 

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..choices import Order
 from ..loader import FeedLoader
-from ..stores import Store, open_dataset
+from ..stores import Store, is_remote, open_dataset
 from .config import TrainConfig, TrainError
 from .distributed import DistInfo
 from .recipe import loader_options
@@ -67,6 +68,14 @@ def _check_val(val: Store, train: Store, num_classes: int, cfg: TrainConfig, wor
                          f"{num_classes} classes of TRAIN; pack both with the same classes")
 
 
+def _order(store: Store, cfg: TrainConfig, train: bool) -> Order | None:
+    """--order for training, in order for validation; shard-aware for a bucket either way, so
+    that each rank fetches only its own shards (validation then visits each image once too)."""
+    if is_remote(store):
+        return Order.SHARDS
+    return cfg.order if train else None
+
+
 def make_loader(store: Store, cfg: TrainConfig, info: DistInfo, dtype: torch.dtype, train: bool,
                 num_classes: int | None = None):
     """A FeedLoader for this rank. Training: in --order, augmented, dropping the last partial
@@ -79,7 +88,7 @@ def make_loader(store: Store, cfg: TrainConfig, info: DistInfo, dtype: torch.dty
                           **loader_options(cfg, train, num_classes),
                           engine=cfg.engine, decoder=cfg.decoder, num_threads=cfg.threads, device=str(info.device),
                           dtype=dtype, channels_last=cfg.channels_last, drop_last=train, seed=cfg.seed,
-                          on_error=cfg.on_error, order=cfg.order if train else None,
+                          on_error=cfg.on_error, order=_order(store, cfg, train),
                           even_shards=train, rank=info.rank, world_size=info.world_size)
     except ValueError as exc:  # the loader's option checks
         raise TrainError(f"{store.filename}: {exc}") from None
