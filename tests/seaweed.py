@@ -62,7 +62,7 @@ class SeaweedServer:
                 f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
                 f"-filer.port={ports['filer']}", "-s3", f"-s3.port={ports['s3']}", f"-s3.config={config}",
                 "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.volumeSizeLimitMB=64",
-                "-volume.max=40"]
+                "-volume.max=40", "-volume.preStopSeconds=0"]
         self._log = open(os.path.join(folder, "weed.log"), "wb")
         self._proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -109,7 +109,7 @@ class SeaweedServer:
             try:
                 os.killpg(self._proc.pid, signal.SIGCONT)
                 os.killpg(self._proc.pid, signal.SIGTERM)
-                self._proc.wait(timeout=10)
+                self._proc.wait(timeout=2)   # its data is a test's throwaway: no need for a graceful stop
             except subprocess.TimeoutExpired:
                 os.killpg(self._proc.pid, signal.SIGKILL)
                 self._proc.wait()
