@@ -184,6 +184,8 @@ class FeedLoader:
         """Stop the running iteration and release the source's threads and buffers."""
         self._close_active("the loader was closed")
         self.source.close()
+        if is_remote(self.store):
+            self.store.close()   # its fetch-ahead thread; a later read opens what it needs again
 
     def __enter__(self) -> "FeedLoader":
         return self
