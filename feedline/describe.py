@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .stores import Store, open_dataset
+from .stores import Store, is_remote, open_dataset
 from .target_stats import describe_fields, field_stats
 
 
@@ -88,9 +88,9 @@ def _describe(store: Store) -> DatasetInfo:
     if store.kind == "folder":
         file_bytes = image_bytes
     else:
-        file_bytes = sum(os.path.getsize(f) for f in store.files())
+        file_bytes = store.file_bytes()
     return DatasetInfo(
-        filename=os.path.abspath(store.filename),
+        filename=store.filename if is_remote(store) else os.path.abspath(store.filename),
         kind=store.kind,
         format_version=meta.get("format_version"),
         checksums=store.checksums is not None,

@@ -119,6 +119,10 @@ class Store(ABC):
         if not 0 <= first <= stop <= len(self):
             raise IndexError(f"{self.filename}: records {first}..{stop - 1} are not within 0..{len(self) - 1}")
 
+    def file_bytes(self) -> int:
+        """The bytes of the data files (``files()``)."""
+        return sum(os.path.getsize(f) for f in self.files())
+
     def shard_counts(self) -> tuple[int, ...]:
         """The record count of each shard, in record order: one shard for a single file."""
         return (len(self),)

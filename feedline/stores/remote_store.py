@@ -114,6 +114,10 @@ class RemoteShardedStore(ShardedStore):
     def cache(self) -> ShardCache:
         return self._fetcher.cache
 
+    def file_bytes(self) -> int:
+        sizes = [s.size_bytes for s in self._stores]
+        return sum(sizes) if None not in sizes else 0   # an index from elsewhere may not say
+
     def will_visit(self, indices: np.ndarray) -> None:
         shard_of = np.searchsorted(np.asarray(self._starts), indices, side="right") - 1
         _, first = np.unique(shard_of, return_index=True)
