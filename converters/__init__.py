@@ -43,10 +43,14 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions | 
     elif kw:
         options = dataclasses.replace(options, **kw)
     from feedline.stores.urls import check_url, url_scheme
-    if url_scheme(src):
+    if not isinstance(src, (list, tuple)) and url_scheme(src):
         check_url(src)
         raise PackError(f"{src}: pack reads a local image folder (or local WebDataset .tar files); "
                         "copy the images to a local disk first")
+    from .webdataset import tar_inputs
+    tars = tar_inputs(src)
+    if tars is not None:
+        return _pack_tars(tars, out, options)
     if url_scheme(out):
         check_url(out)
         from .upload import pack_to_bucket
@@ -56,6 +60,31 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions | 
         return pack_sharded(src, out, options)
     from .packer import pack as _pack  # a module named "pack" would shadow this function
     return _pack(src, out, options)
+
+
+def _pack_tars(tars: list[str], out, options: PackOptions) -> PackReport:
+    """WebDataset tar shards: unpacked into a staging folder beside OUT (or under the cache
+    for a bucket), packed as a folder with its labels file, the staging folder removed."""
+    import hashlib
+    import shutil
+
+    from feedline.stores import RemoteOptions
+    from feedline.stores.urls import url_scheme
+
+    from .webdataset import unpack_tars
+    if options.labels_csv is not None:
+        raise PackError("WebDataset tar input carries its labels (KEY.cls or KEY.json beside each image); "
+                        "leave out --labels")
+    out = os.fspath(out)
+    if url_scheme(out):
+        staging = os.path.join(RemoteOptions().cache_root, "upload",
+                               "tars-" + hashlib.sha256(out.encode()).hexdigest()[:16])
+    else:
+        staging = os.path.abspath(out) + ".tars"
+    folder, labels = unpack_tars(tars, staging)
+    report = pack(folder, out, dataclasses.replace(options, labels_csv=labels))
+    shutil.rmtree(staging, ignore_errors=True)
+    return report
 
 
 def join_shards(out: str | os.PathLike) -> str:

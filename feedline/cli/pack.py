@@ -62,7 +62,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("pack", help="pack an image folder into one LMDB or HDF5 file",
                               description=_DESCRIPTION, usage=_USAGE,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("src", nargs="?", help="image folder (ImageFolder layout)")
+    p.add_argument("src", nargs="?", help="image folder (ImageFolder layout), or WebDataset tar shards: a .tar "
+                                          "or a quoted glob of them (KEY.jpg/.png with KEY.cls or KEY.json)")
     p.add_argument("out", nargs="?", help="output file: OUT.lmdb, OUT.h5 or OUT.hdf5, or s3://BUCKET/OUT.lmdb "
                                           "(with --num-shards N: each shard uploaded as it completes, the index last)")
     p.add_argument("--format", choices=("lmdb", "hdf5"), help="output format (default: from OUT's extension)")
