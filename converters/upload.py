@@ -27,7 +27,7 @@ from feedline.stores.shard_head import HEAD_SUFFIX, head_bytes, parse_head
 from .options import PackOptions, format_for
 from .packer import pack_scan
 from .report import PackReport, Skip
-from .shards import _combined, _common_meta_options, _pack_id, _part, plan_shards
+from .shards import combined_report, common_pack_options, pack_id_of, scan_part, plan_shards
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def pack_to_bucket(src: str | os.PathLike, url: str, options: PackOptions,
     scan = shuffled(scan_folder(os.fspath(src), options.labels_csv), options.shuffle)
     ranges = plan_shards(scan, options)
     count = len(ranges)
-    pack_id = _pack_id(scan, options, fmt, ranges)
+    pack_id = pack_id_of(scan, options, fmt, ranges)
     index_key = shard_index(key)
     if bucket.size(index_key) is not None and not (options.overwrite or options.resume):
         raise PackError(f"{bucket.url(index_key)} already exists; pass --overwrite to replace the data set, "
@@ -68,7 +68,7 @@ def pack_to_bucket(src: str | os.PathLike, url: str, options: PackOptions,
                                       packed=meta["count"], converted=0, resumed_from=meta["count"]))
         else:
             local = shard_name(local_out, k, count)
-            report = pack_scan(_part(scan, *ranges[k]), local, replace_out(options), not_taken=not_taken,
+            report = pack_scan(scan_part(scan, *ranges[k]), local, replace_out(options), not_taken=not_taken,
                                shard={"index": k, "of": count, "pack_id": pack_id})
             with open_file(local) as store:
                 head, meta = head_bytes(store), store.meta
@@ -82,11 +82,11 @@ def pack_to_bucket(src: str | os.PathLike, url: str, options: PackOptions,
     index = {"format": SHARD_INDEX_FORMAT, "version": SHARD_INDEX_VERSION,
              "format_version": metas[0]["format_version"], "kind": fmt.value, "count": sum(e["count"] for e in entries),
              "classes": metas[0]["classes"], "checksums": True, "pack_id": pack_id,
-             "pack_options": _common_meta_options(metas), "source": metas[0].get("source"), "shards": entries}
+             "pack_options": common_pack_options(metas), "source": metas[0].get("source"), "shards": entries}
     bucket.write(index_key, (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
     shutil.rmtree(staging, ignore_errors=True)
     log.info("%s: %d shards, %d records", bucket.url(index_key), count, index["count"])
-    return _combined(reports, bucket.url(index_key), fmt.value, time.perf_counter() - started)
+    return combined_report(reports, bucket.url(index_key), fmt.value, time.perf_counter() - started)
 
 
 def replace_out(options: PackOptions) -> PackOptions:

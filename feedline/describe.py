@@ -87,8 +87,10 @@ def _describe(store: Store) -> DatasetInfo:
     image_bytes = int(lengths.sum())
     if store.kind == "folder":
         file_bytes = image_bytes
+    elif is_remote(store):
+        file_bytes = store.file_bytes()   # from the index: nothing fetched
     else:
-        file_bytes = store.file_bytes()
+        file_bytes = sum(os.path.getsize(f) for f in store.files())
     return DatasetInfo(
         filename=store.filename if is_remote(store) else os.path.abspath(store.filename),
         kind=store.kind,

@@ -48,8 +48,7 @@ class FeedLoader:
     (uint8 when ``mean=None``), in ``dtype`` and channels_last memory, on ``device``;
     labels int64 on ``device`` (a store with other fields: that field's tensor or a dict; README "Targets").
 
-    ``source``: a packed .lmdb/.h5 file, shards, an image folder, an open Store, or a shard
-    index in a bucket ("s3://bucket/train.shards.json"; README "Training from a bucket").
+    ``source``: a packed .lmdb/.h5 file, shards (a local or s3:// index), an image folder, or a Store.
     ``engine``: "threads" (per-image decoders on CPU threads), "dali", "gpu" (nvImageCodec
     on the GPU) or "auto" (dali on CUDA when DALI is installed, else threads). ``decoder``:
     the thread engine's codec, a registered name ("auto", "nvimgcodec", "turbojpeg",
@@ -131,10 +130,7 @@ class FeedLoader:
             self._position = Position(self._position.epoch + 1, 0)
         self._started = True
         c = self.config
-        epoch = EpochPlan(c.spec_at(self._position.epoch), c.seed, self._position.epoch, c.order, c.batch_size,
-                          c.drop_last, c.rank, c.world_size, c.even_shards, *c.quasi_random,
-                          shards=self.store.shard_counts() if c.order is Order.SHARDS else ())
-        self.store.will_visit(epoch.samples(len(self.store))[self._position.batch * c.batch_size:])
+        epoch = plan_epoch(self.store, c, self._position)
         self.stats = LoaderStats()
         iterator = EpochIterator(self._deliver(epoch))
         # Held weakly: an iterator the caller drops is finalized at once, and closing it
@@ -184,8 +180,7 @@ class FeedLoader:
         """Stop the running iteration and release the source's threads and buffers."""
         self._close_active("the loader was closed")
         self.source.close()
-        if is_remote(self.store):
-            self.store.close()   # its fetch-ahead thread; a later read opens what it needs again
+        self.store.will_visit(())   # nothing more: a remote store stops fetching ahead
 
     def __enter__(self) -> "FeedLoader":
         return self
@@ -198,6 +193,16 @@ class FeedLoader:
         decoder = f", decoder={c.decoder!r}" if c.decoder is not None else ""
         return (f"FeedLoader({self.store.filename!r}, batch_size={c.batch_size}, engine={c.engine.value!r}"
                 f"{decoder}, threads={c.num_threads}, device={c.output.device!r}, {len(self)} batches/epoch)")
+
+
+def plan_epoch(store: Store, c: LoaderConfig, position: Position) -> EpochPlan:
+    """The plan of ``position``'s epoch. The store hears which records come next: a remote
+    store fetches their shards ahead."""
+    epoch = EpochPlan(c.spec_at(position.epoch), c.seed, position.epoch, c.order, c.batch_size, c.drop_last,
+                      c.rank, c.world_size, c.even_shards, *c.quasi_random, store.shard_counts())
+    if is_remote(store):   # the samples cost a permutation: computed for the stores that use them
+        store.will_visit(epoch.samples(len(store))[position.batch * c.batch_size:])
+    return epoch
 
 
 class EpochIterator:

@@ -45,6 +45,24 @@ def s3_server(tmp_path_factory):
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def uploaded(s3_server, photo_folder, tmp_path_factory):
+    """photo_folder packed into 4 shards in a bucket of the session's server: (index URL, the
+    index of the same 4 shards packed locally)."""
+    from converters import pack
+    from tests.remote_helpers import make_bucket
+    work = tmp_path_factory.mktemp("remote")
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in s3_server.env().items():
+            mp.setenv(name, value)
+        mp.setenv("XDG_CACHE_HOME", str(work / "upload-cache"))
+        prefix = make_bucket(s3_server, "packs")
+        pack(str(photo_folder), f"{prefix}/train.lmdb", num_shards=4, progress=False)
+    local = work / "local" / "train.lmdb"
+    pack(str(photo_folder), str(local), num_shards=4, progress=False)
+    return f"{prefix}/train.shards.json", str(local.parent / "train.shards.json")
+
+
 @pytest.fixture
 def s3_env(s3_server, monkeypatch, tmp_path):
     """This test's environment points at the session's S3 server; the cache under tmp_path."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_remote_store import uploaded  # noqa: F401 (the module-scoped upload)
 
 from feedline.cli import main
 
@@ -22,7 +21,7 @@ def test_unsupported_schemes_are_one_line_naming_what_is_read(argv, capsys, rest
 
 
 @pytest.mark.s3
-def test_info_and_verify_read_a_bucket(uploaded, s3_env, capsys, restore_logging):  # noqa: F811
+def test_info_and_verify_read_a_bucket(uploaded, s3_env, capsys, restore_logging):
     url, _ = uploaded
     assert main(["info", url, "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-from test_remote_store import uploaded  # noqa: F401 (the module-scoped upload)
 from test_train_helpers import REPO, subprocess_env
 
 from feedline import FeedLoader
@@ -17,7 +16,7 @@ from feedline import FeedLoader
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 
 
-def test_two_ranks_read_disjoint_shards_covering_the_data_set(uploaded, s3_env, tmp_path):  # noqa: F811
+def test_two_ranks_read_disjoint_shards_covering_the_data_set(uploaded, s3_env, tmp_path):
     url, local_index = uploaded
     with FeedLoader(local_index, batch_size=8, train=False, size=32, mean=None, num_threads=1, device="cpu",
                     order="sequential", rank=0, world_size=1) as loader:

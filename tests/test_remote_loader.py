@@ -6,7 +6,6 @@ import os
 import numpy as np
 import pytest
 import torch
-from test_remote_store import uploaded  # noqa: F401 (the module-scoped upload)
 
 from feedline import FeedLoader
 from feedline.stores import RemoteOptions, open_dataset
@@ -24,7 +23,7 @@ def batches(loader, skip: int = 0):
     return out
 
 
-def test_a_bucket_reads_in_shard_order_and_resumes_mid_epoch_exactly(uploaded, s3_env):  # noqa: F811
+def test_a_bucket_reads_in_shard_order_and_resumes_mid_epoch_exactly(uploaded, s3_env):
     url, _ = uploaded
     with FeedLoader(url, **OPTIONS, rank=1, world_size=2) as loader:
         assert loader.config.order.value == "shards"
@@ -45,7 +44,7 @@ def test_a_bucket_reads_in_shard_order_and_resumes_mid_epoch_exactly(uploaded, s
         assert torch.equal(a, b) and torch.equal(la, lb)
 
 
-def test_the_cache_stays_within_its_limit_over_an_epoch(uploaded, s3_env, tmp_path):  # noqa: F811
+def test_the_cache_stays_within_its_limit_over_an_epoch(uploaded, s3_env, tmp_path):
     url, _ = uploaded
     options = RemoteOptions(cache_dir=str(tmp_path / "c"), cache_limit=1, fetch_ahead=1)
     store = open_dataset(url, remote=options)
@@ -59,7 +58,7 @@ def test_the_cache_stays_within_its_limit_over_an_epoch(uploaded, s3_env, tmp_pa
     assert np.all(sizes > 0)
 
 
-def test_closing_the_loader_ends_the_fetch_ahead_thread(uploaded, s3_env):  # noqa: F811
+def test_closing_the_loader_ends_the_fetch_ahead_thread(uploaded, s3_env):
     import threading
     url, _ = uploaded
     with FeedLoader(url, **OPTIONS, rank=0, world_size=2) as loader:

@@ -6,27 +6,11 @@ import os
 import numpy as np
 import pytest
 
-from converters import pack
 from feedline.errors import StoreError
 from feedline.stores import RemoteOptions, is_remote, open_dataset
-from tests.remote_helpers import make_bucket, records
+from tests.remote_helpers import records
 
 pytestmark = pytest.mark.s3
-
-
-@pytest.fixture(scope="module")
-def uploaded(s3_server, photo_folder, tmp_path_factory):
-    """photo_folder packed into 4 shards in a bucket; (index URL, local pack of the same shards)."""
-    work = tmp_path_factory.mktemp("remote")
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in s3_server.env().items():
-            mp.setenv(name, value)
-        mp.setenv("XDG_CACHE_HOME", str(work / "upload-cache"))
-        prefix = make_bucket(s3_server, "packs")
-        pack(str(photo_folder), f"{prefix}/train.lmdb", num_shards=4, progress=False)
-    local = work / "local" / "train.lmdb"
-    pack(str(photo_folder), str(local), num_shards=4, progress=False)
-    return f"{prefix}/train.shards.json", str(local.parent / "train.shards.json")
 
 
 def test_pack_to_bucket_reads_back_the_same_records(uploaded, s3_env, tmp_path):

@@ -119,17 +119,12 @@ class Store(ABC):
         if not 0 <= first <= stop <= len(self):
             raise IndexError(f"{self.filename}: records {first}..{stop - 1} are not within 0..{len(self) - 1}")
 
-    def file_bytes(self) -> int:
-        """The bytes of the data files (``files()``)."""
-        return sum(os.path.getsize(f) for f in self.files())
-
     def shard_counts(self) -> tuple[int, ...]:
         """The record count of each shard, in record order: one shard for a single file."""
         return (len(self),)
 
-    def will_visit(self, indices: np.ndarray) -> None:
-        """A hint: the records an epoch reads next, in order (a remote store fetches their
-        shards ahead). It changes how fast later reads are, never what they return."""
+    def will_visit(self, indices) -> None:
+        """A hint: the records read next, in order (a remote store fetches their shards ahead)."""
 
     def files(self) -> list[str]:
         """The data files read: one for a packed file, the shards of a sharded set."""

@@ -25,7 +25,7 @@ from .detect import open_file
 from .remote import Bucket, MissingObjectError, RemoteOptions
 from .shard_cache import ShardCache, ShardDamaged
 from .shard_head import HEAD_SUFFIX, head_bytes, parse_head
-from .sharded_store import ShardedStore, _check_alike, _check_against_index
+from .sharded_store import ShardedStore, check_alike, check_against_index
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,8 @@ def open_remote(url: str, options: RemoteOptions | None = None) -> "RemoteSharde
     fetcher = _Fetcher(bucket, posixpath.dirname(key), cache, options)
     shards = [fetcher.shard(entry, index) for entry in index["shards"]]
     try:
-        _check_alike(shards)
-        _check_against_index(shards, index, url)
+        check_alike(shards)
+        check_against_index(shards, index, url)
     except StoreError:
         fetcher.close()
         raise
@@ -118,8 +118,8 @@ class RemoteShardedStore(ShardedStore):
         sizes = [s.size_bytes for s in self._stores]
         return sum(sizes) if None not in sizes else 0   # an index from elsewhere may not say
 
-    def will_visit(self, indices: np.ndarray) -> None:
-        shard_of = np.searchsorted(np.asarray(self._starts), indices, side="right") - 1
+    def will_visit(self, indices) -> None:
+        shard_of = np.searchsorted(np.asarray(self._starts), np.asarray(indices, dtype=np.int64), side="right") - 1
         _, first = np.unique(shard_of, return_index=True)
         order = shard_of[np.sort(first)].tolist()
         self._fetcher.follow([self._stores[k] for k in order])
@@ -211,7 +211,7 @@ class _Fetcher:
     def _keep(self) -> set[str]:
         with self._cond:
             start = self._position * SHARD_WINDOW
-            return {s.name for s in self._sequence[start:start + 2 * SHARD_WINDOW + self.options.fetch_ahead]}
+            return {s.name for s in self._sequence[start:start + SHARD_WINDOW + self.options.fetch_ahead]}
 
     # -- fetch-ahead ---------------------------------------------------------------------------
     def follow(self, sequence: list[LazyShard]) -> None:

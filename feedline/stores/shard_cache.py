@@ -40,6 +40,7 @@ class ShardCache:
         self.fetched_bytes = 0   # by this process, since it opened the cache
         self.fetched: list[str] = []   # the shards this process fetched, in order
         self.peak_bytes = 0      # the most the folder held after one of this process's fetches
+        self._warned_over = False
 
     def path(self, name: str) -> str:
         return os.path.join(self.folder, name)
@@ -119,7 +120,8 @@ class ShardCache:
             log.debug("%s: evicting %s (%d bytes) to stay within %d bytes", self.folder, name, size, self.limit)
             _remove(self.path(name))
             used -= size
-        if used > self.limit:
+        if used > self.limit and not self._warned_over:
+            self._warned_over = True
             log.warning("%s: the shards in use (%d bytes) exceed cache_limit (%d bytes); raise cache_limit to "
                         "hold at least the shards read at once plus those fetched ahead", self.folder, used,
                         self.limit)
