@@ -36,7 +36,7 @@ def pack_to_bucket(src: str | os.PathLike, url: str, options: PackOptions,
                    remote: RemoteOptions | None = None) -> PackReport:
     """Pack ``src`` into shards of ``url`` (s3://bucket/OUT.lmdb) and its index OUT.shards.json."""
     started = time.perf_counter()
-    remote = remote or RemoteOptions()
+    remote = remote or RemoteOptions.from_env()
     if not options.sharded:
         raise PackError(f"{url}: a bucket holds sharded data sets: add --num-shards N (or --shard-size)")
     if options.shard_index is not None:

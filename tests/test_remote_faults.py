@@ -102,3 +102,17 @@ def test_a_shard_changed_in_the_bucket_fails_twice_then_says_so(faults_pack, s3_
             assert not store.cache.complete("set-00001-of-00002.lmdb")
     finally:
         s3.put_object(Bucket="faults", Key="set-00001-of-00002.lmdb", Body=original)
+
+
+def test_an_unreachable_server_stops_a_loader_even_when_bad_records_are_substituted(faults_pack, s3_env, tmp_path):
+    from feedline import FeedLoader
+    store = open_dataset(faults_pack, remote=RemoteOptions(tries=2, backoff_s=0.1, timeout_s=1.5,
+                                                            cache_dir=str(tmp_path / "c")))
+    s3_env.pause()
+    try:
+        with FeedLoader(store, batch_size=4, train=True, size=32, num_threads=1, device="cpu",
+                        on_error="substitute") as loader:
+            with pytest.raises(RemoteError, match="s3://faults/set-0000[01]-of-00002.lmdb: fetch failed 2 times"):
+                next(iter(loader))
+    finally:
+        s3_env.resume()

@@ -19,13 +19,13 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from ..errors import BackendUnavailable, StoreError
+from ..errors import BackendUnavailable, StoreError, UnavailableError
 from .urls import split_url
 
 log = logging.getLogger(__name__)
 
 
-class RemoteError(StoreError):
+class RemoteError(UnavailableError):
     """An object that could not be read or written: missing, refused, or the server did not answer."""
 
 
@@ -55,12 +55,33 @@ class RemoteOptions:
             raise ValueError(f"RemoteOptions: cache_limit > 0, fetch_ahead >= 0, tries >= 1 and timeout_s > 0, "
                              f"got {self.cache_limit}, {self.fetch_ahead}, {self.tries}, {self.timeout_s}")
 
+    @classmethod
+    def from_env(cls) -> "RemoteOptions":
+        """The defaults, with FEEDLINE_CACHE_DIR and FEEDLINE_CACHE_LIMIT (bytes, or 50GB, 512MiB)
+        where set: how `feedline train` and `feedline verify` users choose the cache."""
+        limit = os.environ.get("FEEDLINE_CACHE_LIMIT")
+        return cls(cache_dir=os.environ.get("FEEDLINE_CACHE_DIR") or None,
+                   cache_limit=parse_bytes(limit, "FEEDLINE_CACHE_LIMIT") if limit else cls.cache_limit)
+
     @property
     def cache_root(self) -> str:
         if self.cache_dir is not None:
             return os.path.abspath(self.cache_dir)
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         return os.path.join(base, "feedline")
+
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_bytes(text: str, what: str) -> int:
+    """'50GB', '512MiB' or '1000000' -> bytes; a StoreError naming ``what`` otherwise."""
+    import re
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*", text, re.IGNORECASE)
+    if not match or float(match[1]) <= 0:
+        raise StoreError(f"{what}={text!r}: give a size such as 50GB, 512MiB or a number of bytes")
+    return int(float(match[1]) * _UNITS[(match[2] or "").upper()])
 
 
 def _s3(bucket: str, options: RemoteOptions):

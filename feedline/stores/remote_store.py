@@ -22,7 +22,7 @@ from ..format import checksum, parse_shard_index
 from ..order import SHARD_WINDOW
 from .base import Store
 from .detect import open_file
-from .remote import Bucket, MissingObjectError, RemoteOptions
+from .remote import Bucket, MissingObjectError, RemoteError, RemoteOptions
 from .shard_cache import ShardCache, ShardDamaged
 from .shard_head import HEAD_SUFFIX, head_bytes, parse_head
 from .sharded_store import ShardedStore, check_alike, check_against_index
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 def open_remote(url: str, options: RemoteOptions | None = None) -> "RemoteShardedStore":
     """The sharded data set whose index is the object ``url`` (s3://bucket/train.shards.json)."""
-    options = options or RemoteOptions()
+    options = options or RemoteOptions.from_env()
     bucket, key = Bucket.of(url, options)
     if not key.endswith(".json"):
         raise StoreError(f"{url}: a remote data set is opened by its shard index (OUT.shards.json), "
@@ -198,7 +198,7 @@ class _Fetcher:
                                       lambda path: _check_shard(path, shard), keep=self._keep())
             except ShardDamaged as exc:
                 if attempt == 2:
-                    raise StoreError(f"{shard.filename}: {exc}, again after fetching it a second time: the object "
+                    raise RemoteError(f"{shard.filename}: {exc}, again after fetching it a second time: the object "
                                      "in the bucket is damaged or was replaced. Pack and upload it again "
                                      "(`feedline pack SRC URL --resume`)") from None
                 log.warning("%s: %s; fetching it again", shard.filename, exc)
