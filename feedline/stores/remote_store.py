@@ -209,9 +209,11 @@ class _Fetcher:
         return open_file(self.fetch(shard))
 
     def _keep(self) -> set[str]:
+        """The shards not to evict: the reader's window, the one before (batches in flight may
+        still read it) and those fetched ahead."""
         with self._cond:
-            start = self._position * SHARD_WINDOW
-            return {s.name for s in self._sequence[start:start + SHARD_WINDOW + self.options.fetch_ahead]}
+            start = max(0, self._position - 1) * SHARD_WINDOW
+            return {s.name for s in self._sequence[start:(self._position + 1) * SHARD_WINDOW + self.options.fetch_ahead]}
 
     # -- fetch-ahead ---------------------------------------------------------------------------
     def follow(self, sequence: list[LazyShard]) -> None:
@@ -226,14 +228,15 @@ class _Fetcher:
             self._thread.start()
 
     def _note_reading(self, shard: LazyShard) -> None:
-        """The reader opened ``shard``: the windows before its window are done with."""
+        """The reader opened ``shard``: the windows two or more before its window are done with
+        (the one just before may still be read by batches in flight)."""
         with self._cond:
             if shard not in self._sequence:
                 return
             window = self._sequence.index(shard) // SHARD_WINDOW
             if window <= self._position:
                 return
-            done = self._sequence[self._position * SHARD_WINDOW:window * SHARD_WINDOW]
+            done = self._sequence[max(0, self._position - 1) * SHARD_WINDOW:max(0, window - 1) * SHARD_WINDOW]
             self._position = window
             self._cond.notify_all()
         for old in done:
