@@ -14,8 +14,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 ACCESS_KEY = "feedline-test"
 SECRET_KEY = "feedline-test-secret"

@@ -18,12 +18,12 @@ import threading
 import numpy as np
 
 from ..errors import ChecksumError, StoreError
-from ..format import checksum, parse_shard_index
-from ..order import SHARD_WINDOW
+from ..format import parse_shard_index
 from .base import Store
 from .detect import open_file
-from .remote import Bucket, MissingObjectError, RemoteError, RemoteOptions
+from .remote import Bucket, MissingObjectError, RemoteOptions
 from .shard_cache import ShardCache, ShardDamaged
+from .shard_fetcher import ShardFetcher
 from .shard_head import HEAD_SUFFIX, head_bytes, parse_head
 from .sharded_store import ShardedStore, check_alike, check_against_index
 
@@ -40,8 +40,8 @@ def open_remote(url: str, options: RemoteOptions | None = None) -> "RemoteSharde
     index = parse_shard_index(bucket.read(key), url)
     tag = hashlib.sha256(f"{url}\n{index.get('pack_id')}".encode()).hexdigest()[:16]
     cache = ShardCache(os.path.join(options.cache_root, f"{bucket.name}-{tag}"), options.cache_limit)
-    fetcher = _Fetcher(bucket, posixpath.dirname(key), cache, options)
-    shards = [fetcher.shard(entry, index) for entry in index["shards"]]
+    fetcher = ShardFetcher(bucket, posixpath.dirname(key), cache, options)
+    shards = [_lazy_shard(fetcher, entry, index) for entry in index["shards"]]
     try:
         check_alike(shards)
         check_against_index(shards, index, url)
@@ -55,7 +55,7 @@ class LazyShard(Store):
     """One remote shard: its columns from its head; its records from the cached file,
     fetched on the first read. Thread-safe; ``release`` closes the file once no read is in flight."""
 
-    def __init__(self, name: str, url: str, kind: str, size: int | None, head: tuple, fetcher: "_Fetcher"):
+    def __init__(self, name: str, url: str, kind: str, size: int | None, head: tuple, fetcher: ShardFetcher):
         self.name, self.filename, self.kind, self.size_bytes = name, url, kind, size
         self.meta, self.columns, self._targets, self._lengths = head
         self.classes = list(self.meta["classes"])
@@ -106,7 +106,7 @@ class RemoteShardedStore(ShardedStore):
     """A ShardedStore of LazyShards that fetches ahead along the announced visit order and
     fetches a shard again once when one of its records fails its checksum."""
 
-    def __init__(self, shards: list[LazyShard], url: str, index: dict, fetcher: "_Fetcher"):
+    def __init__(self, shards: list[LazyShard], url: str, index: dict, fetcher: ShardFetcher):
         super().__init__(shards, url, index)
         self._fetcher = fetcher
 
@@ -144,127 +144,33 @@ class RemoteShardedStore(ShardedStore):
         super().close()
 
 
-class _Fetcher:
-    """Fetches shards into the cache (checked), opens them, and runs the fetch-ahead thread."""
+def _lazy_shard(fetcher: ShardFetcher, entry: dict, index: dict) -> "LazyShard":
+    name = entry["file"]
+    url = fetcher.bucket.url(fetcher.key(name))
+    return LazyShard(name, url, index.get("kind", "lmdb"), entry.get("bytes"), _head(fetcher, name, url), fetcher)
 
-    def __init__(self, bucket: Bucket, prefix: str, cache: ShardCache, options: RemoteOptions):
-        self.bucket, self.prefix, self.cache, self.options = bucket, prefix, cache, options
-        self._cond = threading.Condition()
-        self._sequence: list[LazyShard] = []
-        self._position = 0            # the window of the sequence the reader is in
-        self._thread: threading.Thread | None = None
-        self._stop = False
-        self._warned_heads = False
 
-    def key(self, name: str) -> str:
-        return posixpath.join(self.prefix, name) if self.prefix else name
-
-    # -- opening -------------------------------------------------------------------------------
-    def shard(self, entry: dict, index: dict) -> LazyShard:
-        name = entry["file"]
-        url = self.bucket.url(self.key(name))
-        return LazyShard(name, url, index.get("kind", "lmdb"), entry.get("bytes"), self._head(name, url), self)
-
-    def _head(self, name: str, url: str) -> tuple:
-        cached = self.cache.path(name + HEAD_SUFFIX)
-        if os.path.exists(cached):
-            with open(cached, "rb") as fh:
-                return parse_head(fh.read(), cached)
-        try:
-            raw = self.bucket.read(self.key(name + HEAD_SUFFIX))
-        except MissingObjectError:
-            if not self._warned_heads:
-                log.warning("%s: no shard heads beside the shards (not uploaded by `feedline pack SRC URL`): "
-                            "fetching every shard once to read its columns", url)
-                self._warned_heads = True
-            path = self.cache.get(name, None, lambda dest: self.bucket.download(self.key(name), dest),
-                                  _check_own_checksums)
-            with open_file(path) as store:
-                raw = head_bytes(store)
-        tmp = f"{cached}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(raw)
-        os.replace(tmp, cached)
-        return parse_head(raw, url)
-
-    # -- fetching ------------------------------------------------------------------------------
-    def fetch(self, shard: LazyShard) -> str:
-        """The cached path of ``shard``, fetched and checked when not there; fetched once more
-        when the first copy does not check out."""
-        for attempt in (1, 2):
-            try:
-                return self.cache.get(shard.name, shard.size_bytes,
-                                      lambda dest: self.bucket.download(self.key(shard.name), dest),
-                                      lambda path: _check_shard(path, shard), keep=self._keep())
-            except ShardDamaged as exc:
-                if attempt == 2:
-                    raise RemoteError(f"{shard.filename}: {exc}, again after fetching it a second time: the object "
-                                     "in the bucket is damaged or was replaced. Pack and upload it again "
-                                     "(`feedline pack SRC URL --resume`)") from None
-                log.warning("%s: %s; fetching it again", shard.filename, exc)
-        raise AssertionError("unreachable")
-
-    def open_local(self, shard: LazyShard) -> Store:
-        self._note_reading(shard)
-        return open_file(self.fetch(shard))
-
-    def _keep(self) -> set[str]:
-        """The shards not to evict: the reader's window, the one before (batches in flight may
-        still read it) and those fetched ahead."""
-        with self._cond:
-            start = max(0, self._position - 1) * SHARD_WINDOW
-            return {s.name for s in self._sequence[start:(self._position + 1) * SHARD_WINDOW + self.options.fetch_ahead]}
-
-    # -- fetch-ahead ---------------------------------------------------------------------------
-    def follow(self, sequence: list[LazyShard]) -> None:
-        """Fetch ``sequence`` (the shards in the order the reader will first read them) ahead of the reader."""
-        self._join()
-        for shard in self._sequence:
-            shard.release()
-        with self._cond:
-            self._sequence, self._position, self._stop = sequence, 0, False
-        if self.options.fetch_ahead > 0 and sequence:
-            self._thread = threading.Thread(target=self._run, name="feedline-fetch-ahead", daemon=True)
-            self._thread.start()
-
-    def _note_reading(self, shard: LazyShard) -> None:
-        """The reader opened ``shard``: the windows two or more before its window are done with
-        (the one just before may still be read by batches in flight)."""
-        with self._cond:
-            if shard not in self._sequence:
-                return
-            window = self._sequence.index(shard) // SHARD_WINDOW
-            if window <= self._position:
-                return
-            done = self._sequence[max(0, self._position - 1) * SHARD_WINDOW:max(0, window - 1) * SHARD_WINDOW]
-            self._position = window
-            self._cond.notify_all()
-        for old in done:
-            old.release()
-
-    def _run(self) -> None:
-        for j, shard in enumerate(list(self._sequence)):
-            with self._cond:
-                while not self._stop and j >= (self._position + 1) * SHARD_WINDOW + self.options.fetch_ahead:
-                    self._cond.wait()
-                if self._stop:
-                    return
-            try:
-                self.fetch(shard)
-            except Exception as exc:   # the reader meets the same error, with its record, when it gets there
-                log.debug("fetch-ahead of %s stopped: %s", shard.filename, exc)
-                return
-
-    def _join(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def close(self) -> None:
-        self._join()
+def _head(fetcher: ShardFetcher, name: str, url: str) -> tuple:
+    """The shard's head: from the cache, from the bucket, or (a data set uploaded otherwise)
+    made from the shard itself, fetched whole once."""
+    cache, bucket = fetcher.cache, fetcher.bucket
+    cached = cache.path(name + HEAD_SUFFIX)
+    if os.path.exists(cached):
+        with open(cached, "rb") as fh:
+            return parse_head(fh.read(), cached)
+    try:
+        raw = bucket.read(fetcher.key(name + HEAD_SUFFIX))
+    except MissingObjectError:
+        log.warning("%s: no head beside the shard (not uploaded by `feedline pack SRC URL`): fetching the shard "
+                    "to read its columns", url)
+        path = cache.get(name, None, lambda dest: bucket.download(fetcher.key(name), dest), _check_own_checksums)
+        with open_file(path) as store:
+            raw = head_bytes(store)
+    tmp = f"{cached}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(raw)
+    os.replace(tmp, cached)
+    return parse_head(raw, url)
 
 
 def _check_own_checksums(path: str) -> None:
@@ -279,22 +185,3 @@ def _check_own_checksums(path: str) -> None:
                 store.read_checked(i)
             except ChecksumError as exc:
                 raise ShardDamaged(str(exc)) from None
-
-
-def _check_shard(path: str, shard: LazyShard) -> None:
-    """The fetched file is this shard: its record count, pack and every record's checksum."""
-    try:
-        store = open_file(path)
-    except StoreError as exc:
-        raise ShardDamaged(f"the fetched file does not open ({exc})") from None
-    with store:
-        if len(store) != len(shard) or store.meta.get("shard") != shard.meta.get("shard"):
-            raise ShardDamaged(f"the fetched file holds {len(store)} records of pack "
-                               f"{store.meta.get('shard', {}).get('pack_id')}, its head says {len(shard)} of "
-                               f"{shard.meta.get('shard', {}).get('pack_id')}")
-        sums = shard.checksums
-        if sums is None:
-            return
-        for i in range(len(store)):
-            if checksum(store.read(i)) != int(sums[i]):
-                raise ShardDamaged(f"record {i} ({shard.columns.path(i)}) fails its checksum")
