@@ -28,3 +28,22 @@ def test_info_and_verify_read_a_bucket(uploaded, s3_env, capsys, restore_logging
     assert info["count"] == 48 and len(info["classes"]) == 4
     assert main(["verify", url, "--checksums-only"]) == 0
     assert "48" in capsys.readouterr().out
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+def test_train_reads_a_bucket_in_shard_order(uploaded, s3_env, tmp_path, capsys, restore_logging):
+    from test_train_helpers import FAST, summary
+    url, _ = uploaded
+    out = tmp_path / "run"
+    assert main(["train", url, "--val", url, *FAST, "--epochs", "1", "--synthetic-steps", "0",
+                 "--device", "cpu", "--out", str(out)]) == 0
+    final = summary(out)["final"]
+    assert final["val_images"] == 48
+
+
+def test_feedloader_refuses_an_unsupported_scheme_in_one_line():
+    from feedline import FeedLoader
+    from feedline.errors import StoreError
+    with pytest.raises(StoreError, match=r"gs://b/x.shards.json: feedline does not read gs:// URLs.*s3://"):
+        FeedLoader("gs://b/x.shards.json", batch_size=4, train=False)

@@ -68,12 +68,12 @@ def _check_val(val: Store, train: Store, num_classes: int, cfg: TrainConfig, wor
                          f"{num_classes} classes of TRAIN; pack both with the same classes")
 
 
-def _order(store: Store, cfg: TrainConfig, train: bool) -> Order | None:
+def _order(store: Store, cfg: TrainConfig, train: bool) -> dict:
     """--order for training, in order for validation; shard-aware for a bucket either way, so
     that each rank fetches only its own shards (validation then visits each image once too)."""
     if is_remote(store):
-        return Order.SHARDS
-    return cfg.order if train else None
+        return {"order": Order.SHARDS}
+    return {"shuffle": train, "order": cfg.order if train else None}
 
 
 def make_loader(store: Store, cfg: TrainConfig, info: DistInfo, dtype: torch.dtype, train: bool,
@@ -84,11 +84,11 @@ def make_loader(store: Store, cfg: TrainConfig, info: DistInfo, dtype: torch.dty
     (``even_shards=False``: no padding duplicates, ranks may differ by one batch). The recipe
     (augmentations, mixing, size schedule, --eval-size): recipe.py."""
     try:
-        return FeedLoader(store, batch_size=cfg.batch_size, shuffle=train, train=train,
+        return FeedLoader(store, batch_size=cfg.batch_size, train=train, **_order(store, cfg, train),
                           **loader_options(cfg, train, num_classes),
                           engine=cfg.engine, decoder=cfg.decoder, num_threads=cfg.threads, device=str(info.device),
                           dtype=dtype, channels_last=cfg.channels_last, drop_last=train, seed=cfg.seed,
-                          on_error=cfg.on_error, order=_order(store, cfg, train),
+                          on_error=cfg.on_error,
                           even_shards=train, rank=info.rank, world_size=info.world_size)
     except ValueError as exc:  # the loader's option checks
         raise TrainError(f"{store.filename}: {exc}") from None
