@@ -25,7 +25,7 @@ from .decoders import jpeg_warnings
 from .errors import FeedlineError, StoreError
 from .format import checksum
 from .stores import Store, open_dataset
-from .stores.urls import check_url, url_scheme
+from .urls import check_url, url_scheme
 from .target_stats import field_problems
 
 if TYPE_CHECKING:

@@ -60,7 +60,7 @@ class SeaweedServer:
                 f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
                 f"-filer.port={ports['filer']}", "-s3", f"-s3.port={ports['s3']}", f"-s3.config={config}",
                 "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.volumeSizeLimitMB=64",
-                "-volume.max=40", "-volume.preStopSeconds=0"]
+                "-volume.max=400", "-volume.preStopSeconds=0"]
         self._log = open(os.path.join(folder, "weed.log"), "wb")
         self._proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         try:

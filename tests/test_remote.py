@@ -5,7 +5,7 @@ import pytest
 
 from feedline.errors import StoreError
 from feedline.stores.remote import RemoteOptions, parse_bytes
-from feedline.stores.urls import split_url
+from feedline.urls import split_url
 
 
 def test_sizes_read_as_people_write_them():

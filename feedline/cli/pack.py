@@ -131,7 +131,7 @@ def run(args) -> int:
                           overwrite=args.overwrite, progress=not args.quiet, num_shards=args.num_shards,
                           shard_index=args.shard_index, shuffle=args.shuffle, layout=args.layout,
                           **sharding)
-    from ..stores.urls import url_scheme
+    from ..urls import url_scheme
     if url_scheme(args.out):   # a bucket: nothing local to check (pack refuses a scheme it does not write)
         report = pack(args.src, args.out, options)
     else:

@@ -10,7 +10,7 @@ from .base import Store
 from .detect import open_file, read_head
 from .remote import RemoteOptions
 from .sharded_store import ShardedStore
-from .urls import check_url, url_scheme
+from ..urls import check_url, url_scheme
 
 _GLOB_CHARS = "*?["
 

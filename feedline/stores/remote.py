@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from ..errors import BackendUnavailable, StoreError, UnavailableError
-from .urls import split_url
+from ..urls import split_url
 
 log = logging.getLogger(__name__)
 

@@ -180,7 +180,7 @@ def check_paths(cfg: TrainConfig) -> None:
         raise TrainError("no training data: pass TRAIN (a packed .lmdb/.h5 file or an image "
                          "folder), or --synthetic to measure the model on random tensors")
     from ..errors import FeedlineError
-    from ..stores.urls import check_url, url_scheme
+    from ..urls import check_url, url_scheme
     for name, path in (("TRAIN", cfg.train), ("--val", cfg.val)):
         if path is not None and url_scheme(path):
             try:
