@@ -16,7 +16,9 @@ remote rows visit the same records in the same order:
 - remote bounded: a new cache limited to 3/8 of the data set (6 of 16 shards: the window of
   2 shards, the 2 before it and 2 fetched ahead).
 
-Rounds are interleaved; rates are medians. Then two ranks (rank 0 and 1 of 2, each with its
+Rounds are interleaved; rates are medians. The CPU time of this process per image is
+reported too: on a shared machine, the wall-clock rates move with everything else that
+runs, while the CPU cost of an image shows what fetching and checking shards add. Then two ranks (rank 0 and 1 of 2, each with its
 own cold cache, as on two machines) each run one epoch: bytes fetched per rank over
 (data set bytes / 2). Targets: cold >= 0.9x local (decoding is the limit on this machine),
 warm >= 0.98x local, bytes per rank <= 1.05x the data set / world size. Writes
@@ -46,14 +48,15 @@ BATCH, THREADS = 64, 2
 COLD_SHARE, WARM_SHARE, BYTES_PER_RANK = 0.9, 0.98, 1.05
 
 
-def epoch(source, size: int, rank: int = 0, world: int = 1) -> tuple[int, float]:
-    """(images, seconds) of one FeedLoader epoch over ``source`` in shard order."""
+def epoch(source, size: int, rank: int = 0, world: int = 1) -> tuple[int, float, float]:
+    """(images, seconds, CPU seconds of this process) of one FeedLoader epoch over ``source``
+    in shard order. CPU time is what the work costs whatever else the machine runs."""
     from feedline import FeedLoader
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with FeedLoader(source, batch_size=BATCH, train=True, size=size, num_threads=THREADS, device="cpu",
                     order="shards", seed=0, rank=rank, world_size=world) as loader:
         images = sum(len(labels) for _, labels in loader)
-    return images, time.perf_counter() - start
+    return images, time.perf_counter() - start, time.process_time() - cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,11 +93,16 @@ def main(argv: list[str] | None = None) -> int:
 
     say()
     say(format_table(rows, [("source", "source"), ("img/s", "images_per_s"), ("min", "min"), ("max", "max"),
-                            ("rounds", "rounds"), ("fetched MiB", "fetched_mib"), ("peak cache MiB", "peak_mib")]))
+                            ("rounds", "rounds"), ("CPU ms/img", "cpu_ms_per_image"), ("fetched MiB", "fetched_mib"), ("peak cache MiB", "peak_mib")]))
     say()
     say(format_table(ranks, [("rank", "rank"), ("images", "images"), ("fetched MiB", "fetched_mib"),
                              ("share MiB", "share_mib"), ("fetched / share", "of_share")]))
     rate = {r["source"]: r["images_per_s"] for r in rows}
+    cost = {r["source"]: r["cpu_ms_per_image"] for r in rows}
+    say()
+    say(f"CPU per image, remote / local: cold {ratio(cost['remote cold'], cost['local']):.3f}x, "
+        f"warm {ratio(cost['remote warm'], cost['local']):.3f}x (what fetching and checking add, "
+        "whatever else the machine runs)")
     targets = [target("remote cold / local", ratio(rate["remote cold"], rate["local"]), COLD_SHARE),
                target("remote warm / local", ratio(rate["remote warm"], rate["local"]), WARM_SHARE),
                target("bytes fetched per rank / (data set / 2), worst rank", max(r["of_share"] for r in ranks),
@@ -127,6 +135,7 @@ def run(images: Path, work: Path, server, n: int, shards: int, repeats: int, siz
         total = sum(os.path.getsize(f) for f in store.files())
     limit = total * 3 // 8   # 6 of 16 shards: the window, the one before and two fetched ahead
     seconds = {k: [] for k in ("local", "remote cold", "remote warm", "remote bounded")}
+    cpu = {k: [] for k in seconds}
     fetched, peak = {}, {}
     epoch(index, size)   # the local pages into the page cache, the decoders warmed up
     for k in range(repeats):
@@ -135,23 +144,26 @@ def run(images: Path, work: Path, server, n: int, shards: int, repeats: int, siz
         for name, options in (("local", None), ("remote cold", cold), ("remote warm", cold),
                               ("remote bounded", bounded)):
             source = index if options is None else open_dataset(url, remote=options)
-            count, s = epoch(source, size)
+            count, s, c = epoch(source, size)
             if count != n:
                 raise RuntimeError(f"{name}: {count} images in an epoch of {n}")
             seconds[name].append(s)
+            cpu[name].append(c)
             if options is not None:
                 fetched[name], peak[name] = source.cache.fetched_bytes, source.cache.peak_bytes
-            say(f"  round {k + 1}, {name}: {n / s:,.0f} img/s")
+            say(f"  round {k + 1}, {name}: {n / s:,.0f} img/s, {1000 * c / n:.2f} CPU ms/img, "
+                f"load average {os.getloadavg()[0]:.1f}")
     rows = []
     for name, values in seconds.items():
         rates = [n / s for s in values]
         rows.append({"source": name, "images_per_s": statistics.median(rates), "min": min(rates), "max": max(rates),
-                     "rounds": len(rates), "fetched_mib": fetched.get(name, 0) / 2**20,
+                     "rounds": len(rates), "cpu_ms_per_image": 1000 * statistics.median(cpu[name]) / n,
+                     "fetched_mib": fetched.get(name, 0) / 2**20,
                      "peak_mib": peak.get(name, 0) / 2**20})
     ranks = []
     for rank in range(2):
         store = open_dataset(url, remote=RemoteOptions(cache_dir=str(work / f"rank-{rank}")))
-        count, _ = epoch(store, 32, rank=rank, world=2)
+        count, _, _ = epoch(store, 32, rank=rank, world=2)
         ranks.append({"rank": rank, "images": count, "fetched_mib": store.cache.fetched_bytes / 2**20,
                       "share_mib": total / 2 / 2**20, "of_share": store.cache.fetched_bytes / (total / 2)})
         say(f"  rank {rank} of 2: fetched {store.cache.fetched_bytes / 2**20:.1f} MiB of {total / 2**20:.1f} MiB")
