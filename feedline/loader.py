@@ -27,7 +27,7 @@ from .selection import resolve_engine_and_decoder
 from .size_schedule import schedule_of
 from .sources import make_source
 from .stats import LoaderStats
-from .stores import Store, is_remote, open_dataset
+from .stores import Store, is_remote, open_dataset, shard_counts, will_visit
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class FeedLoader:
         """Stop the running iteration and release the source's threads and buffers."""
         self._close_active("the loader was closed")
         self.source.close()
-        self.store.will_visit(())   # nothing more: a remote store stops fetching ahead
+        will_visit(self.store, ())   # nothing more: a remote store stops fetching ahead
 
     def __enter__(self) -> "FeedLoader":
         return self
@@ -199,9 +199,9 @@ def plan_epoch(store: Store, c: LoaderConfig, position: Position) -> EpochPlan:
     """The plan of ``position``'s epoch. The store hears which records come next: a remote
     store fetches their shards ahead."""
     epoch = EpochPlan(c.spec_at(position.epoch), c.seed, position.epoch, c.order, c.batch_size, c.drop_last,
-                      c.rank, c.world_size, c.even_shards, *c.quasi_random, store.shard_counts())
+                      c.rank, c.world_size, c.even_shards, *c.quasi_random, shard_counts(store))
     if is_remote(store):   # the samples cost a permutation: computed for the stores that use them
-        store.will_visit(epoch.samples(len(store))[position.batch * c.batch_size:])
+        will_visit(store, epoch.samples(len(store))[position.batch * c.batch_size:])
     return epoch
 
 

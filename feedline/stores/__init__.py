@@ -53,10 +53,22 @@ def open_dataset(source: str | os.PathLike | Sequence[str | os.PathLike], labels
     return open_file(path, head)
 
 
+def shard_counts(store: Store) -> tuple[int, ...]:
+    """The record count of each shard, in record order: one shard for a single file."""
+    return store.shard_counts() if isinstance(store, ShardedStore) else (len(store),)
+
+
+def will_visit(store: Store, indices) -> None:
+    """A hint: the records read next, in order; a remote store fetches their shards ahead
+    (and stops fetching when there are none). Nothing for other stores."""
+    if is_remote(store):
+        store.will_visit(indices)
+
+
 def is_remote(store: Store) -> bool:
     """Whether ``store`` reads shards from a bucket (through the local cache)."""
     from .remote_store import RemoteShardedStore
     return isinstance(store, RemoteShardedStore)
 
 
-__all__ = ["Store", "ShardedStore", "RemoteOptions", "open_dataset", "is_remote"]
+__all__ = ["Store", "ShardedStore", "RemoteOptions", "open_dataset", "is_remote", "shard_counts", "will_visit"]
