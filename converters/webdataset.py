@@ -2,8 +2,8 @@
 
 A WebDataset sample is the files of one tar that share a key (the name up to its first
 dot): an image (``KEY.jpg``, ``.jpeg`` or ``.png``) and its label, ``KEY.cls`` (a class
-number) or ``KEY.json`` (``{"label": ..}`` or the labels file's other fields: labels,
-target, boxes). The samples are written out once into a staging folder (the tar's name as a
+number) or ``KEY.json`` (``{"label": ..}``, ``{"cls": ..}`` or the labels file's other fields:
+labels, target, boxes, keypoints). The samples are written out once into a staging folder (the tar's name as a
 subfolder, so keys of different tars cannot collide) with a JSON Lines labels file, which
 the ordinary pack then reads: every check, conversion and report applies unchanged. The
 staging folder's place depends on OUT alone, so ``--resume`` finds the same files.
@@ -22,7 +22,6 @@ from feedline.errors import FeedlineError
 log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
-_FIELDS = ("label", "labels", "target", "boxes")
 LABELS_NAME = "labels.jsonl"
 
 
@@ -118,8 +117,7 @@ def _label(files: dict[str, bytes], where: str) -> dict | None:
             raise FeedlineError(f"{where}.json: not JSON ({exc})") from None
         if not isinstance(meta, dict):
             return {"label": meta} if isinstance(meta, (int, str)) else None
-        row = {k: meta[k] for k in _FIELDS if k in meta}
-        if "label" not in row and "cls" in meta:
-            row["label"] = meta["cls"]
-        return row or None
+        from feedline.fields import FIELD_NAMES   # the labels file's fields, by their own names
+        row = {k: meta[k] for k in FIELD_NAMES if k in meta}
+        return row or ({"label": meta["cls"]} if "cls" in meta else None)
     return None
