@@ -52,9 +52,10 @@ def epoch(source, size: int, rank: int = 0, world: int = 1) -> tuple[int, float,
     """(images, seconds, CPU seconds of this process) of one FeedLoader epoch over ``source``
     in shard order. CPU time is what the work costs whatever else the machine runs."""
     from feedline import FeedLoader
+    from feedline.config import OrderSpec
     start, cpu = time.perf_counter(), time.process_time()
-    with FeedLoader(source, batch_size=BATCH, train=True, size=size, num_threads=THREADS, device="cpu",
-                    order="shards", seed=0, rank=rank, world_size=world) as loader:
+    with FeedLoader(source, batch_size=BATCH, train=True, size=size, num_workers=THREADS, device="cpu",
+                    order=OrderSpec("shards", rank=rank, world_size=world), seed=0) as loader:
         images = sum(len(labels) for _, labels in loader)
     return images, time.perf_counter() - start, time.process_time() - cpu
 

@@ -21,7 +21,7 @@ def main(url: str, out: str) -> None:
     epochs = []
     # Each rank its own cache, as on two machines: what it fetches is its own share.
     store = open_dataset(url, remote=RemoteOptions(cache_dir=os.path.join(out, f"cache-{rank}")))
-    with FeedLoader(store, batch_size=4, train=False, size=32, mean=None, num_threads=1, device="cpu") as loader:
+    with FeedLoader(store, batch_size=4, train=False, size=32, mean=None, num_workers=1, device="cpu") as loader:
         cache = loader.store.cache
         for epoch in range(2):
             loader.set_epoch(epoch)

@@ -12,14 +12,15 @@ import pytest
 from test_train_helpers import REPO, subprocess_env
 
 from feedline import FeedLoader
+from feedline.config import OrderSpec
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 
 
 def test_two_ranks_read_disjoint_shards_covering_the_data_set(uploaded, s3_env, tmp_path):
     url, local_index = uploaded
-    with FeedLoader(local_index, batch_size=8, train=False, size=32, mean=None, num_threads=1, device="cpu",
-                    order="sequential", rank=0, world_size=1) as loader:
+    with FeedLoader(local_index, batch_size=8, train=False, size=32, mean=None, num_workers=1, device="cpu",
+                    order=OrderSpec("sequential", rank=0, world_size=1)) as loader:
         everything = sorted(hashlib.sha1(image.contiguous().numpy().tobytes()).hexdigest()
                             for images, _ in loader for image in images)
         shard_bytes = {os.path.basename(f): os.path.getsize(f) for f in loader.store.files()}

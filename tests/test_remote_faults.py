@@ -110,7 +110,7 @@ def test_an_unreachable_server_stops_a_loader_even_when_bad_records_are_substitu
                                                             cache_dir=str(tmp_path / "c")))
     s3_env.pause()
     try:
-        with FeedLoader(store, batch_size=4, train=True, size=32, num_threads=1, device="cpu",
+        with FeedLoader(store, batch_size=4, train=True, size=32, num_workers=1, device="cpu",
                         on_error="substitute") as loader:
             with pytest.raises(RemoteError, match="s3://faults/set-0000[01]-of-00002.lmdb: fetch failed 2 times"):
                 next(iter(loader))

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from feedline import FeedLoader
+from feedline.config import OrderSpec
 from feedline.stores import RemoteOptions, open_dataset
 
 pytestmark = pytest.mark.s3
 
-OPTIONS = dict(batch_size=5, train=True, size=32, num_threads=1, device="cpu", seed=3)
+OPTIONS = dict(batch_size=5, train=True, size=32, num_workers=1, device="cpu", seed=3)
 
 
 def batches(loader, skip: int = 0):
@@ -24,7 +25,7 @@ def batches(loader, skip: int = 0):
 
 def test_a_bucket_reads_in_shard_order_and_resumes_mid_epoch_exactly(uploaded, s3_env):
     url, _ = uploaded
-    with FeedLoader(url, **OPTIONS, rank=1, world_size=2) as loader:
+    with FeedLoader(url, **OPTIONS, order=OrderSpec(rank=1, world_size=2)) as loader:
         assert loader.config.order.value == "shards"
         loader.set_epoch(1)
         whole = batches(loader)
@@ -34,7 +35,7 @@ def test_a_bucket_reads_in_shard_order_and_resumes_mid_epoch_exactly(uploaded, s
             next(it)
         state = loader.state_dict()
         it.close()
-    with FeedLoader(url, **OPTIONS, rank=1, world_size=2) as resumed:
+    with FeedLoader(url, **OPTIONS, order=OrderSpec(rank=1, world_size=2)) as resumed:
         resumed.load_state_dict(state)
         resumed.set_epoch(1)
         rest = batches(resumed)
@@ -50,7 +51,7 @@ def test_the_cache_stays_within_its_limit_over_an_epoch(photo_folder, s3_env, tm
     pack(str(photo_folder), url, num_shards=12, progress=False)
     options = RemoteOptions(cache_dir=str(tmp_path / "c"), cache_limit=1, fetch_ahead=1)
     store = open_dataset(url.replace(".lmdb", ".shards.json"), remote=options)
-    with FeedLoader(store, **OPTIONS, order="shards", rank=0, world_size=1) as loader:
+    with FeedLoader(store, **OPTIONS, order=OrderSpec("shards", rank=0, world_size=1)) as loader:
         seen = sum(len(labels) for _, labels in loader)
     assert seen == len(store) == 48
     # A limit below one shard keeps only the shards in use: the reader's window of 2, the
@@ -64,6 +65,6 @@ def test_the_cache_stays_within_its_limit_over_an_epoch(photo_folder, s3_env, tm
 def test_closing_the_loader_ends_the_fetch_ahead_thread(uploaded, s3_env):
     import threading
     url, _ = uploaded
-    with FeedLoader(url, **OPTIONS, rank=0, world_size=2) as loader:
+    with FeedLoader(url, **OPTIONS, order=OrderSpec(rank=0, world_size=2)) as loader:
         next(iter(loader))
     assert not [t for t in threading.enumerate() if t.name == "feedline-fetch-ahead"]

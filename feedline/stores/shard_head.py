@@ -8,6 +8,7 @@ An .npz of uint8 arrays (metadata JSON, then each column's stored bytes), loaded
 from __future__ import annotations
 
 import io
+import zipfile
 
 import numpy as np
 
@@ -39,7 +40,7 @@ def parse_head(raw: bytes, where: str) -> tuple[dict, Columns, TargetColumns, np
             meta = parse_meta(npz["meta"].tobytes(), where)
             buffers = {name: npz[f"column.{name}"].tobytes() for name in column_names(meta)}
             lengths = npz["byte_lengths"].astype(np.int64)
-    except (ValueError, KeyError, OSError, EOFError) as exc:
+    except (ValueError, KeyError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise StoreError(f"{where}: the shard's head is damaged ({exc}); upload the data set again "
                          "with `feedline pack SRC URL --resume`") from None
     count = meta["count"]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ..choices import Order
+from ..config import OrderSpec, OutputSpec
 from ..loader import FeedLoader
 from ..stores import Store, is_remote, open_dataset
 from .config import TrainConfig, TrainError
@@ -68,14 +69,6 @@ def _check_val(val: Store, train: Store, num_classes: int, cfg: TrainConfig, wor
                          f"{num_classes} classes of TRAIN; pack both with the same classes")
 
 
-def _order(store: Store, cfg: TrainConfig, train: bool) -> dict:
-    """--order for training, in order for validation; shard-aware for a bucket either way, so
-    that each rank fetches only its own shards (validation then visits each image once too)."""
-    if is_remote(store):
-        return {"order": Order.SHARDS}
-    return {"shuffle": train, "order": cfg.order if train else None}
-
-
 def make_loader(store: Store, cfg: TrainConfig, info: DistInfo, dtype: torch.dtype, train: bool,
                 num_classes: int | None = None):
     """A FeedLoader for this rank. Training: in --order, augmented, dropping the last partial
@@ -84,11 +77,20 @@ def make_loader(store: Store, cfg: TrainConfig, info: DistInfo, dtype: torch.dty
     (``even_shards=False``: no padding duplicates, ranks may differ by one batch). The recipe
     (augmentations, mixing, size schedule, --eval-size): recipe.py."""
     try:
-        return FeedLoader(store, batch_size=cfg.batch_size, train=train, **_order(store, cfg, train),
-                          **loader_options(cfg, train, num_classes),
-                          engine=cfg.engine, decoder=cfg.decoder, num_threads=cfg.threads, device=str(info.device),
-                          dtype=dtype, channels_last=cfg.channels_last, drop_last=train, seed=cfg.seed,
-                          on_error=cfg.on_error,
-                          even_shards=train, rank=info.rank, world_size=info.world_size)
+        return FeedLoader(store, **loader_arguments(cfg, info, dtype, train, num_classes, remote=is_remote(store)))
     except ValueError as exc:  # the loader's option checks
         raise TrainError(f"{store.filename}: {exc}") from None
+
+
+def loader_arguments(cfg: TrainConfig, info: DistInfo, dtype: torch.dtype, train: bool,
+                     num_classes: int | None = None, remote: bool = False) -> dict:
+    """FeedLoader's arguments for this rank, from the run's config: its specs and DataLoader's keywords.
+    A ``remote`` data set (a bucket) is read in shard order, training and validation alike, so
+    that each rank fetches only its own shards (validation still visits each image once)."""
+    chosen = Order.SHARDS if remote else cfg.order if train else None
+    order = OrderSpec(chosen, rank=info.rank, world_size=info.world_size, even_shards=train)
+    train_only = {"train": True} if train else {}   # validation: train=False is in its AugmentSpec
+    return dict(batch_size=cfg.batch_size, shuffle=None if remote else train, **train_only, engine=cfg.engine, decoder=cfg.decoder,
+                num_workers=cfg.threads, device=str(info.device), output=OutputSpec(dtype=dtype,
+                channels_last=cfg.channels_last), drop_last=train, seed=cfg.seed, on_error=cfg.on_error,
+                order=order, **loader_options(cfg, train, num_classes))
