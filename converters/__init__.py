@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from feedline.errors import PackError
+
 from .options import OnError, OutputFormat, PackOptions
 from .report import PackReport, Skip, SkipReason, read_error_report
 
@@ -40,6 +42,19 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions | 
         options = PackOptions(**kw)
     elif kw:
         options = dataclasses.replace(options, **kw)
+    from feedline.urls import check_url, url_scheme
+    if not isinstance(src, (list, tuple)) and url_scheme(src):
+        check_url(src)
+        raise PackError(f"{src}: pack reads a local image folder (or local WebDataset .tar files); "
+                        "copy the images to a local disk first")
+    from .webdataset import tar_inputs
+    tars = tar_inputs(src)
+    if tars is not None:
+        return _pack_tars(tars, out, options)
+    if url_scheme(out):
+        check_url(out)
+        from .upload import pack_to_bucket
+        return pack_to_bucket(src, os.fspath(out), options)
     if options.sharded:
         from .shards import pack_sharded
         return pack_sharded(src, out, options)
@@ -47,10 +62,40 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions | 
     return _pack(src, out, options)
 
 
+def _pack_tars(tars: list[str], out, options: PackOptions) -> PackReport:
+    """WebDataset tar shards: unpacked into a staging folder beside OUT (or under the cache
+    for a bucket), packed as a folder with its labels file, the staging folder removed."""
+    import hashlib
+    import shutil
+
+    from feedline.stores import RemoteOptions
+    from feedline.urls import url_scheme
+
+    from .webdataset import unpack_tars
+    if options.labels_csv is not None:
+        raise PackError("WebDataset tar input carries its labels (KEY.cls or KEY.json beside each image); "
+                        "leave out --labels")
+    out = os.fspath(out)
+    if url_scheme(out):
+        staging = os.path.join(RemoteOptions.from_env().cache_root, "upload",
+                               "tars-" + hashlib.sha256(out.encode()).hexdigest()[:16])
+    else:
+        staging = os.path.abspath(out) + ".tars"
+    folder, labels = unpack_tars(tars, staging)
+    report = pack(folder, out, dataclasses.replace(options, labels_csv=labels))
+    shutil.rmtree(staging, ignore_errors=True)
+    return report
+
+
 def join_shards(out: str | os.PathLike) -> str:
     """Write OUT.shards.json for the complete shards OUT-NNNNN-of-NNNNN.EXT next to ``out``
     (packed on one machine or on several, with --shard-index); returns its path.
     PackError/StoreError when a shard is missing or repeated, or the shards disagree."""
+    from feedline.urls import check_url, url_scheme
+    if url_scheme(out):
+        check_url(out)
+        raise PackError(f"{out}: --join writes a local index; `feedline pack SRC {out} --num-shards N` "
+                        "uploads a data set with its index")
     from .shards import join
     return join(out)
 

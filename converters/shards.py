@@ -53,7 +53,7 @@ def plan_shards(scan: ScanResult, options: PackOptions) -> list[tuple[int, int]]
     return ranges + [(start, n)]
 
 
-def _pack_id(scan: ScanResult, options: PackOptions, fmt, ranges: list[tuple[int, int]]) -> str:
+def pack_id_of(scan: ScanResult, options: PackOptions, fmt, ranges: list[tuple[int, int]]) -> str:
     """The same for every shard of one pack, on any machine: the input, the options that
     shape the output (the labels file by content, not by its path) and the plan."""
     wanted = {k: v for k, v in options.output_options(fmt).items() if k != "labels_csv"}
@@ -61,7 +61,7 @@ def _pack_id(scan: ScanResult, options: PackOptions, fmt, ranges: list[tuple[int
     return hashlib.sha256(json.dumps([scan_digest(scan), wanted, ranges], sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _part(scan: ScanResult, start: int, stop: int) -> ScanResult:
+def scan_part(scan: ScanResult, start: int, stop: int) -> ScanResult:
     return replace(scan.part(range(start, stop)), problems=[])
 
 
@@ -75,7 +75,7 @@ def pack_sharded(src: str | os.PathLike, out: str | os.PathLike, options: PackOp
     count = len(ranges)
     if options.shard_index is not None and options.shard_index >= count:
         raise PackError(f"--shard-index {options.shard_index}: this split has {count} shards (0..{count - 1})")
-    pack_id = _pack_id(scan, options, fmt, ranges)
+    pack_id = pack_id_of(scan, options, fmt, ranges)
     wanted = range(count) if options.shard_index is None else [options.shard_index]
     todo = [k for k in wanted if not _done(shard_name(out, k, count), pack_id, options)]
     clash = [shard_name(out, k, count) for k in todo if os.path.lexists(shard_name(out, k, count))]
@@ -94,7 +94,7 @@ def pack_sharded(src: str | os.PathLike, out: str | os.PathLike, options: PackOp
             log.info("%s: already packed (resume)", name)
             reports.append(_report_of_done(name, fmt.value, not_taken))
             continue
-        reports.append(pack_scan(_part(scan, *ranges[k]), name, options, not_taken=not_taken,
+        reports.append(pack_scan(scan_part(scan, *ranges[k]), name, options, not_taken=not_taken,
                                  shard={"index": k, "of": count, "pack_id": pack_id}))
     index = None
     if all(os.path.exists(shard_name(out, k, count)) for k in range(count)):
@@ -103,7 +103,7 @@ def pack_sharded(src: str | os.PathLike, out: str | os.PathLike, options: PackOp
         log.info("%d of %d shards of %s are here; once all are, `feedline pack --join %s` writes the index "
                  "(the run that packs the last one writes it too)",
                  sum(os.path.exists(shard_name(out, k, count)) for k in range(count)), count, out, out)
-    return _combined(reports, index or reports[0].out, fmt.value, time.perf_counter() - started)
+    return combined_report(reports, index or reports[0].out, fmt.value, time.perf_counter() - started)
 
 
 def _done(name: str, pack_id: str, options: PackOptions) -> bool:
@@ -125,13 +125,19 @@ def _report_of_done(name: str, fmt: str, not_taken: list[Skip]) -> PackReport:
                       error_report=errors if skipped else None)
 
 
-def _combined(reports: list[PackReport], out: str, fmt: str, seconds: float) -> PackReport:
+def combined_report(reports: list[PackReport], out: str, fmt: str, seconds: float) -> PackReport:
     return PackReport(out=out, format=fmt, found=sum(r.found for r in reports), packed=sum(r.packed for r in reports),
                       converted=sum(r.converted for r in reports),
                       jpeg_warnings=sum(r.jpeg_warnings for r in reports), skipped=[s for r in reports for s in r.skipped],
                       bytes_in=sum(r.bytes_in for r in reports), bytes_out=sum(r.bytes_out for r in reports),
                       seconds=seconds, resumed_from=sum(r.resumed_from for r in reports), shards=reports,
                       boxes_clipped=sum(r.boxes_clipped for r in reports))
+
+
+def common_pack_options(metas: list[dict]) -> dict:
+    """The pack options every shard's metadata shares (as ShardedStore states them)."""
+    options = [m.get("pack_options") or {} for m in metas]
+    return {k: v for k, v in options[0].items() if all(o.get(k, object()) == v for o in options[1:])}
 
 
 _SHARD_RE = r"-(\d{5})-of-(\d{5})"

@@ -50,3 +50,5 @@ class Order(Choice):
     RANDOM = "random"             # a full random permutation per epoch
     QUASI_RANDOM = "quasi-random"  # page-aware: shuffled blocks of adjacent records, for data
                                    # bigger than RAM (contiguous reads, shuffled within a window)
+    SHARDS = "shards"             # shard-aware: shards permuted and dealt to the ranks, records shuffled
+                                  # within a window of a rank's shards (the default for a bucket)

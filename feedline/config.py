@@ -95,8 +95,8 @@ class TransformSpec:
 
 @dataclass(frozen=True)
 class OrderSpec:
-    """Which samples this rank reads, and in which order. ``order``: "sequential", "random" or
-    "quasi-random" (None: DataLoader's ``shuffle`` decides); ``quasi_random``: records per
+    """Which samples this rank reads, and in which order. ``order``: "sequential", "random",
+    "quasi-random" or "shards" (None: DataLoader's ``shuffle`` decides; "shards" for a bucket); ``quasi_random``: records per
     block and blocks per window of that order; ``rank``/``world_size``: this process's share
     (from torch.distributed when initialized, else the whole data set, when left out);
     ``even_shards``: pad by wrapping so every rank gets as many samples (training)."""

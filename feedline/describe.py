@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .fields import KINDS
-from .stores import Store, open_dataset
+from .stores import Store, is_remote, open_dataset
 
 
 @dataclass
@@ -85,10 +85,12 @@ def _describe(store: Store) -> DatasetInfo:
     image_bytes = int(lengths.sum())
     if store.kind == "folder":
         file_bytes = image_bytes
+    elif is_remote(store):
+        file_bytes = store.file_bytes()   # from the index: nothing fetched
     else:
         file_bytes = sum(os.path.getsize(f) for f in store.files())
     return DatasetInfo(
-        filename=os.path.abspath(store.filename),
+        filename=store.filename if is_remote(store) else os.path.abspath(store.filename),
         kind=store.kind,
         format_version=meta.get("format_version"),
         checksums=store.checksums is not None,

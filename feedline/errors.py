@@ -9,6 +9,12 @@ class StoreError(FeedlineError):
     """A data file that cannot be opened or read as a feedline store."""
 
 
+class UnavailableError(StoreError):
+    """The data cannot be reached (a server that does not answer, access refused, a shard
+    that arrives damaged twice, a full cache disk): no one record is to blame, so the
+    bad-record policy never substitutes it away."""
+
+
 class ChecksumError(StoreError):
     """A record whose bytes do not match the checksum stored when it was packed: the
     file changed on disk (bad sector, bit rot, a partial copy). Carries the file, the

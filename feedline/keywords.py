@@ -43,11 +43,14 @@ def refuses_moved_keywords(init):
     return checked
 
 
-def choose_order(shuffle: bool | None, order) -> Order:
+def choose_order(shuffle: bool | None, order, remote: bool = False) -> Order:
     """DataLoader's ``shuffle`` (random or sequential), unless ``order`` is given: then
     ``order`` decides, and ``shuffle``, if given too, must agree with it (True for random
-    and quasi-random, False for sequential)."""
+    and quasi-random, False for sequential). A ``remote`` data set (shards in a bucket)
+    defaults to shard-aware order, so that each rank fetches only its own shards."""
     if order is None:
+        if remote and shuffle is not False:
+            return Order.SHARDS
         return Order.RANDOM if shuffle else Order.SEQUENTIAL
     order = Order.parse(order, "order")
     shuffles = order is not Order.SEQUENTIAL

@@ -28,7 +28,7 @@ from .selection import resolve_engine_and_decoder
 from .size_schedule import schedule_of
 from .sources import make_source
 from .stats import LoaderStats
-from .stores import Store, open_dataset
+from .stores import Store, is_remote, open_dataset, shard_counts, will_visit
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class FeedLoader:
     (uint8 when ``mean=None``), in ``dtype`` and channels_last memory, on ``device``;
     labels int64 on ``device`` (a store with other fields: that field's tensor or a dict; README "Targets").
 
-    ``source``: a packed .lmdb/.h5 file, shards, an image folder, or an open Store.
+    ``source``: a packed .lmdb/.h5 file, shards (a local or s3:// index), an image folder, or a Store.
     ``engine``: "threads" (per-image decoders on CPU threads), "dali", "gpu" (nvImageCodec
     on the GPU) or "auto" (dali on CUDA when DALI is installed, else threads). ``decoder``:
     the thread engine's codec, a registered name ("auto", "nvimgcodec", "turbojpeg",
@@ -57,7 +57,7 @@ class FeedLoader:
     ``augment=AugmentSpec(...)`` (the crop and flip; or its loose ``size`` and ``train``),
     ``output=OutputSpec(...)`` (or its loose ``mean``, ``std``, ``dtype``), ``transforms``
     (a list, or ``TransformSpec(...)`` with ``batch_transforms``), ``order`` ("sequential",
-    "random", "quasi-random", or ``OrderSpec(...)`` with the rank's share): each group one
+    "random", "quasi-random", "shards", or ``OrderSpec(...)`` with the rank's share): each group one
     way. ``order`` decides the order when given; ``shuffle`` may then be left out or must
     agree with it. ``num_workers``: the decode threads ("auto": one per usable core).
     Order, crops and flips are pure functions of (seed, epoch, index): the same batches for
@@ -84,7 +84,7 @@ class FeedLoader:
                                train=train)
         chosen = resolve_engine_and_decoder(engine, decoder, output.device, self.store)
         self.config = LoaderConfig(
-            batch_size=batch_size, order=choose_order(shuffle, order.order), drop_last=drop_last, seed=seed,
+            batch_size=batch_size, order=choose_order(shuffle, order.order, is_remote(self.store)), drop_last=drop_last, seed=seed,
             num_threads=choose_threads(num_workers), prefetch=prefetch, engine=chosen.engine,
             decoder=chosen.decoder_name, on_error=on_error, output=output, rank=rank, world_size=world_size,
             even_shards=order.even_shards, quasi_random=order.quasi_random, pin_memory=choose_pinning(pin_memory),
@@ -129,8 +129,7 @@ class FeedLoader:
             self._position = Position(self._position.epoch + 1, 0)
         self._started = True
         c = self.config
-        epoch = EpochPlan(c.spec_at(self._position.epoch), c.seed, self._position.epoch, c.order, c.batch_size,
-                          c.drop_last, c.rank, c.world_size, c.even_shards, *c.quasi_random)
+        epoch = plan_epoch(self.store, c, self._position)
         self.stats = LoaderStats()
         iterator = EpochIterator(self._deliver(epoch))
         # Held weakly: an iterator the caller drops is finalized at once, and closing it
@@ -180,6 +179,7 @@ class FeedLoader:
         """Stop the running iteration and release the source's threads and buffers."""
         self._close_active("the loader was closed")
         self.source.close()
+        will_visit(self.store, ())   # nothing more: a remote store stops fetching ahead
 
     def __enter__(self) -> "FeedLoader":
         return self
@@ -192,6 +192,16 @@ class FeedLoader:
         decoder = f", decoder={c.decoder!r}" if c.decoder is not None else ""
         return (f"FeedLoader({self.store.filename!r}, batch_size={c.batch_size}, engine={c.engine.value!r}"
                 f"{decoder}, threads={c.num_threads}, device={c.output.device!r}, {len(self)} batches/epoch)")
+
+
+def plan_epoch(store: Store, c: LoaderConfig, position: Position) -> EpochPlan:
+    """The plan of ``position``'s epoch. The store hears which records come next: a remote
+    store fetches their shards ahead."""
+    epoch = EpochPlan(c.spec_at(position.epoch), c.seed, position.epoch, c.order, c.batch_size, c.drop_last,
+                      c.rank, c.world_size, c.even_shards, *c.quasi_random, shard_counts(store))
+    if is_remote(store):   # the samples cost a permutation: computed for the stores that use them
+        will_visit(store, epoch.samples(len(store))[position.batch * c.batch_size:])
+    return epoch
 
 
 class EpochIterator:
@@ -230,8 +240,8 @@ def open_source(source) -> Store:
     kind = type(source).__name__
     hint = (" (a map-style dataset, such as a torch Dataset, is not read directly)"
             if hasattr(source, "__getitem__") and hasattr(source, "__len__") else "")
-    raise TypeError(f"FeedLoader reads packed images: a .lmdb or .h5 file, a shard index, glob or list of "
-                    f"shards, an image folder, or an open Store; got a {kind}{hint}. Pack your images first: "
+    raise TypeError(f"FeedLoader reads packed images: a .lmdb or .h5 file, a shard index (local or s3://), "
+                    f"a glob or list of shards, an image folder, or an open Store; got a {kind}{hint}. Pack your images first: "
                     "`feedline pack IMAGE_FOLDER OUT.lmdb` (one folder per class, or --labels CSV), then "
                     "FeedLoader('OUT.lmdb', ...)")
 

@@ -58,3 +58,49 @@ def shard(order: np.ndarray, rank: int, world_size: int, pad: bool = True) -> np
 
 def batch_count(samples: int, batch_size: int, drop_last: bool) -> int:
     return samples // batch_size if drop_last else math.ceil(samples / batch_size)
+
+
+SHARD_WINDOW = 2   # order='shards': a rank's shards shuffled together (read at once, so held in the cache at once)
+
+
+def shard_order(counts: list[int] | tuple[int, ...], seed: int, epoch: int, rank: int, world_size: int,
+                pad: bool = True, window: int = SHARD_WINDOW) -> np.ndarray:
+    """This rank's records of an epoch in shard-aware order, from (seed, epoch, rank, world_size)
+    and the shards' record counts alone.
+
+    The shards are permuted from (seed, epoch) and laid end to end; that run of records is cut
+    into world_size consecutive parts, so each rank reads a run of whole shards (a shard on a
+    cut is shared by two ranks) and fetches nothing else. The parts are the sizes ``shard``
+    gives: ceil(n / world_size) each with ``pad`` (the run wrapped around, so every rank gets
+    the same number of batches), or each record once without it. Within a part, the records of
+    each ``window`` consecutive shards are shuffled together."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    counts = np.asarray(counts, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    n = int(starts[-1])
+    rng = np.random.Generator(np.random.PCG64([seed, epoch]))
+    shards = rng.permutation(len(counts))
+    lengths = counts[shards]
+    owner = np.repeat(np.arange(len(shards)), lengths)          # place of each record's shard in the run
+    first = np.cumsum(lengths) - lengths
+    run = starts[shards][owner] + (np.arange(n) - first[owner])
+    if pad:
+        per = -(-n // world_size)
+        run, owner = np.resize(run, per * world_size), np.resize(owner, per * world_size)
+        lo, hi = rank * per, (rank + 1) * per
+    else:
+        sizes = [len(range(r, n, world_size)) for r in range(world_size)]
+        lo = sum(sizes[:rank])
+        hi = lo + sizes[rank]
+    part, part_owner = run[lo:hi], owner[lo:hi]
+    # The window of each record: its shard's place among this part's shards, by window.
+    _, place = np.unique(part_owner, return_inverse=True)
+    order_of_first = np.argsort(np.unique(part_owner, return_index=True)[1])
+    rank_of_shard = np.empty_like(order_of_first)
+    rank_of_shard[order_of_first] = np.arange(len(order_of_first))
+    keys = (rank_of_shard[place] // window).astype(np.float64) + np.random.Generator(
+        np.random.PCG64([seed, epoch, rank, world_size])).random(len(part))
+    return part[np.argsort(keys, kind="stable")].astype(np.int64)

@@ -9,7 +9,7 @@ import numpy as np
 
 from .augment import AugmentSpec, plan as plan_augment
 from .choices import Order
-from .order import batch_count, epoch_order, quasi_random_order, shard
+from .order import batch_count, epoch_order, quasi_random_order, shard, shard_order
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,16 @@ class EpochPlan:
     even_shards: bool = True
     block: int = 16       # quasi-random order: records per block read in one go
     window: int = 256     # ... and blocks shuffled together
+    shards: tuple[int, ...] = ()  # order='shards': the record count of each shard, in store order (none: one)
 
     def samples(self, n: int) -> np.ndarray:
         """The record indices this rank visits in this epoch, in order."""
+        if self.order is Order.SHARDS:
+            counts = self.shards or (n,)
+            if sum(counts) != n:
+                raise ValueError(f"order='shards' needs a sharded data set (shard counts {self.shards!r} for {n} "
+                                 "records); open its shard index, or choose another order")
+            return shard_order(counts, self.seed, self.epoch, self.rank, self.world_size, self.even_shards)
         if self.order is Order.QUASI_RANDOM:
             order = quasi_random_order(n, self.seed, self.epoch, self.block, self.window)
         else:

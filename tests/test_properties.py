@@ -15,7 +15,7 @@ from hypothesis import Phase, assume, given, settings, strategies as st
 import oracles
 from feedline.augment import AugmentSpec, center_crop, plan, random_resized_crop, uniforms
 from feedline.choices import Order
-from feedline.order import batch_count, epoch_order, quasi_random_order, shard
+from feedline.order import batch_count, epoch_order, quasi_random_order, shard, shard_order
 from feedline.plan import EpochPlan
 from feedline.sources.substitute import substitute_index, substitute_sample
 
@@ -223,6 +223,8 @@ def test_epoch_plan_batches_are_the_rank_share_cut_into_batches(epoch_plan, n, d
         order = list(range(n))
     share = (oracles.shard(order, p.rank, p.world_size) if p.even_shards
              else order[p.rank::p.world_size])
+    if p.order is Order.SHARDS:   # its own properties are in test_order_shards.py
+        share = shard_order(p.shards or (n,), p.seed, p.epoch, p.rank, p.world_size, p.even_shards).tolist()
     cut = [share[k:k + p.batch_size] for k in range(0, len(share), p.batch_size)]
     if p.drop_last and cut and len(cut[-1]) < p.batch_size:
         cut = cut[:-1]

@@ -109,7 +109,7 @@ def test_choices_are_enums_that_accept_their_strings(tmp_path):
 
 @pytest.mark.parametrize("field, value, allowed", [
     ("arch", "vgg16", "'resnet18', 'resnet50', 'tiny'"), ("amp", "fp8", "'auto', 'bf16', 'fp16', 'off'"),
-    ("on_error", "skip", "'raise', 'substitute'"), ("order", "shuffled", "'sequential', 'random', 'quasi-random'")])
+    ("on_error", "skip", "'raise', 'substitute'"), ("order", "shuffled", "'sequential', 'random', 'quasi-random', 'shards'")])
 def test_a_bad_choice_names_the_flag_and_the_allowed_values(tmp_path, field, value, allowed):
     with pytest.raises(TrainError) as err:
         TrainConfig(train=str(tmp_path), **{field: value})

@@ -65,8 +65,10 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("pack", help="pack an image folder into one LMDB or HDF5 file",
                               description=_DESCRIPTION, usage=_USAGE,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("src", nargs="?", help="image folder (ImageFolder layout)")
-    p.add_argument("out", nargs="?", help="output file: OUT.lmdb, OUT.h5 or OUT.hdf5")
+    p.add_argument("src", nargs="?", help="image folder (ImageFolder layout), or WebDataset tar shards: a .tar "
+                                          "or a quoted glob of them (KEY.jpg/.png with KEY.cls or KEY.json)")
+    p.add_argument("out", nargs="?", help="output file: OUT.lmdb, OUT.h5 or OUT.hdf5, or s3://BUCKET/OUT.lmdb "
+                                          "(with --num-shards N: each shard uploaded as it completes, the index last)")
     p.add_argument("--format", choices=("lmdb", "hdf5"), help="output format (default: from OUT's extension)")
     p.add_argument("--labels", metavar="FILE", help="labels file: CSV (path,label or named columns) or JSON Lines")
     p.add_argument("--max-side", type=int, metavar="N", help="shrink images whose longer side exceeds N")
@@ -132,8 +134,12 @@ def run(args) -> int:
                           overwrite=args.overwrite, progress=not args.quiet, num_shards=args.num_shards,
                           shard_index=args.shard_index, shuffle=args.shuffle, layout=args.layout,
                           **sharding)
-    with writing_to(args.out):
+    from ..urls import url_scheme
+    if url_scheme(args.out):   # a bucket: nothing local to check (pack refuses a scheme it does not write)
         report = pack(args.src, args.out, options)
+    else:
+        with writing_to(args.out):
+            report = pack(args.src, args.out, options)
     if not args.quiet:
         print("\n".join(report.summary_lines()))
     return 0

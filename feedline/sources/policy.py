@@ -15,7 +15,7 @@ from typing import Callable, NoReturn, TypeVar
 import numpy as np
 
 from ..choices import OnError
-from ..errors import DecodeError
+from ..errors import DecodeError, UnavailableError
 from ..ledger import BadRecord, BadRecordLedger, reason_of
 from ..plan import BatchPlan, EpochPlan
 from .substitute import MAX_ATTEMPTS, substitute_sample
@@ -27,10 +27,10 @@ T = TypeVar("T")
 Attempt = Callable[[int, np.ndarray, bool], T]
 
 
-def record_error(store, index: int, error: BaseException) -> DecodeError:
+def record_error(store, index: int, error: BaseException) -> DecodeError | UnavailableError:
     """The error a bad record raises in the consumer: its index, source path and file, why,
-    and what to do."""
-    if isinstance(error, DecodeError) and error.index == index:
+    and what to do. Data that cannot be reached is no record's fault: its own error goes on."""
+    if isinstance(error, DecodeError) and error.index == index or isinstance(error, UnavailableError):
         return error
     # A checksum error names the record and says what to do itself: only its facts go on.
     path, detail = store.path(index), getattr(error, "detail", None) or str(error)
@@ -82,7 +82,7 @@ class BadRecordPolicy:
     def replace(self, plan: BatchPlan, position: int, error: BaseException, attempt: Attempt) -> T:
         """Sample ``position`` of ``plan`` is bad (``error``): raise it, or return what
         ``attempt`` makes of the first substitute it can deliver (the ledger names that one)."""
-        if self.raises:
+        if self.raises or isinstance(error, UnavailableError):
             self.fail(plan, position, error)
         ep, index = self.epoch, int(plan.indices[position])
         for n in range(MAX_ATTEMPTS):

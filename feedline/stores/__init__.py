@@ -8,19 +8,33 @@ from ..errors import StoreError
 from ..format import SHARD_INDEX_SUFFIX, shard_index
 from .base import Store
 from .detect import open_file, read_head
+from .remote import RemoteOptions
 from .sharded_store import ShardedStore
+from ..urls import check_url, url_scheme
 
 _GLOB_CHARS = "*?["
 
 
-def open_dataset(source: str | os.PathLike | Sequence[str | os.PathLike], labels_csv: str | None = None) -> Store:
+def open_dataset(source: str | os.PathLike | Sequence[str | os.PathLike], labels_csv: str | None = None,
+                 remote: RemoteOptions | None = None) -> Store:
     """Open a data set: an LMDB or HDF5 file (recognized by content), an image folder,
-    a shard index (OUT.shards.json), a glob matching shard files, or a list of them.
+    a shard index (OUT.shards.json, or s3://bucket/OUT.shards.json: fetched through a local
+    cache as ``remote`` says), a glob matching shard files, or a list of them.
     Several files are one data set with one record numbering, checked at open: a
     missing or repeated shard, or shards of different packs, classes or versions, fail here."""
     if not isinstance(source, (str, os.PathLike)):
-        return ShardedStore.from_paths([os.fspath(p) for p in source])
+        paths = [os.fspath(p) for p in source]
+        for path in paths:
+            if url_scheme(path):
+                check_url(path)
+                raise StoreError(f"{path}: a remote data set is opened by its shard index URL "
+                                 "(s3://bucket/OUT.shards.json), not by a list of shards")
+        return ShardedStore.from_paths(paths)
     path = os.fspath(source)
+    if url_scheme(path):
+        check_url(path)
+        from .remote_store import open_remote
+        return open_remote(path, remote)
     if os.path.isdir(path):
         if os.path.exists(os.path.join(path, "data.mdb")):
             raise StoreError(f"{path}: an LMDB directory; feedline stores are single-file LMDB. "
@@ -39,4 +53,22 @@ def open_dataset(source: str | os.PathLike | Sequence[str | os.PathLike], labels
     return open_file(path, head)
 
 
-__all__ = ["Store", "ShardedStore", "open_dataset"]
+def shard_counts(store: Store) -> tuple[int, ...]:
+    """The record count of each shard, in record order: one shard for a single file."""
+    return store.shard_counts() if isinstance(store, ShardedStore) else (len(store),)
+
+
+def will_visit(store: Store, indices) -> None:
+    """A hint: the records read next, in order; a remote store fetches their shards ahead
+    (and stops fetching when there are none). Nothing for other stores."""
+    if is_remote(store):
+        store.will_visit(indices)
+
+
+def is_remote(store: Store) -> bool:
+    """Whether ``store`` reads shards from a bucket (through the local cache)."""
+    from .remote_store import RemoteShardedStore
+    return isinstance(store, RemoteShardedStore)
+
+
+__all__ = ["Store", "ShardedStore", "RemoteOptions", "open_dataset", "is_remote", "shard_counts", "will_visit"]

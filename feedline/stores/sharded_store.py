@@ -104,7 +104,7 @@ class ShardedStore(Store):
             raise StoreError(f"{path}: the index names a shard twice; write it again with `feedline pack --join OUT`")
         stores = _open_all(files)
         try:
-            _check_against_index(stores, index, path)
+            check_against_index(stores, index, path)
         except StoreError:
             _close_all(stores)
             raise
@@ -145,6 +145,9 @@ class ShardedStore(Store):
     def byte_lengths(self) -> np.ndarray:
         return np.concatenate([s.byte_lengths() for s in self._stores])   # a set has at least one shard
 
+    def shard_counts(self) -> tuple[int, ...]:
+        return tuple(len(s) for s in self._stores)
+
     def layout_problems(self) -> list[str]:
         return [f"shard {os.path.basename(s.filename)}: {p}" for s in self._stores for p in s.layout_problems()]
 
@@ -168,7 +171,7 @@ def _open_all(paths: list[str]) -> list[Store]:
     except StoreError:
         _close_all(stores)
         raise
-    _check_alike(stores)
+    check_alike(stores)
     return stores
 
 
@@ -177,7 +180,7 @@ def _close_all(stores: list[Store]) -> None:
         store.close()
 
 
-def _check_alike(stores: list[Store]) -> None:
+def check_alike(stores: list[Store]) -> None:
     """Same format, version and classes; either all shards of one pack or none."""
     first = stores[0]
     for other in stores[1:]:
@@ -238,7 +241,7 @@ def _in_shard_order(stores: list[Store]) -> list[Store]:
     return [by_index[k] for k in range(count)]
 
 
-def _check_against_index(stores: list[Store], index: dict, where: str) -> None:
+def check_against_index(stores: list[Store], index: dict, where: str) -> None:
     for entry, store in zip(index["shards"], stores, strict=True):
         if len(store) != entry["count"]:
             raise StoreError(f"{where}: shard {entry['file']} holds {len(store)} records, the index says "

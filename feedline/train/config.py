@@ -78,9 +78,10 @@ class TrainConfig(RecipeOptions, OptimOptions):
         OnError.SUBSTITUTE, "a record that cannot be read or decoded: substitute puts another record in "
         "its place and logs it, so one bad JPEG never stops a run; raise stops with the record's index "
         "and path. (FeedLoader's own default is raise.)", DATA)
-    order: Order = option(Order.RANDOM, "training order: random (a new permutation each epoch) or "
-                          "quasi-random (shuffled blocks of neighbours, for data bigger than RAM); "
-                          "validation always reads in order", DATA)
+    order: Order = option(Order.RANDOM, "training order: random (a new permutation each epoch), "
+                          "quasi-random (shuffled blocks of neighbours, for data bigger than RAM) or shards "
+                          "(shards dealt to the ranks; always used for an s3:// data set, so each rank "
+                          "fetches only its shards); validation always reads in order", DATA)
     # -- speed
     amp: Amp = option(Amp.AUTO, "autocast dtype: bf16 needs no loss scaling, fp16 uses a GradScaler; auto = "
                       "bf16 on GPUs that support it, fp16 on older ones, off on the CPU", SPEED)
@@ -186,8 +187,15 @@ def check_paths(cfg: TrainConfig) -> None:
     if cfg.train is None and not cfg.synthetic:
         raise TrainError("no training data: pass TRAIN (a packed .lmdb/.h5 file or an image "
                          "folder), or --synthetic to measure the model on random tensors")
+    from ..errors import FeedlineError
+    from ..urls import check_url, url_scheme
     for name, path in (("TRAIN", cfg.train), ("--val", cfg.val)):
-        if path is not None and not os.path.exists(path):
+        if path is not None and url_scheme(path):
+            try:
+                check_url(path)   # a bucket is looked at when opened
+            except FeedlineError as exc:
+                raise TrainError(f"{name} {exc}") from None
+        elif path is not None and not os.path.exists(path):
             raise TrainError(f"{name} {path}: no such file or folder; pass a packed data set "
                              "(`feedline pack SRC OUT.lmdb`) or an image folder")
 

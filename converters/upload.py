@@ -1,0 +1,116 @@
+"""Packing into a bucket: `feedline pack SRC s3://bucket/train.lmdb --num-shards N`.
+
+Each shard is packed into a local staging folder (under the cache folder), uploaded
+when complete, then its head (``NAME.head``: its columns, so that readers need not fetch
+shards they will not read), then removed locally: the local disk holds one shard at a
+time. The index (``train.shards.json``) is uploaded last, so a reader never finds a
+partial data set. ``resume`` keeps the shards whose head is in the bucket already for
+this very pack (same input, options and split: the pack id); a killed upload therefore
+continues to the same objects.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import shutil
+import time
+
+from feedline.errors import PackError
+from feedline.format import SHARD_INDEX_FORMAT, SHARD_INDEX_VERSION, shard_index, shard_name
+from feedline.scan import scan_folder, shuffled
+from feedline.stores.detect import open_file
+from feedline.stores.remote import Bucket, MissingObjectError, RemoteOptions
+from feedline.stores.shard_head import HEAD_SUFFIX, head_bytes, parse_head
+
+from .options import PackOptions, format_for
+from .packer import pack_scan
+from .report import PackReport, Skip
+from .shards import combined_report, common_pack_options, pack_id_of, scan_part, plan_shards
+
+log = logging.getLogger(__name__)
+
+
+def pack_to_bucket(src: str | os.PathLike, url: str, options: PackOptions,
+                   remote: RemoteOptions | None = None) -> PackReport:
+    """Pack ``src`` into shards of ``url`` (s3://bucket/OUT.lmdb) and its index OUT.shards.json."""
+    started = time.perf_counter()
+    remote = remote or RemoteOptions.from_env()
+    if not options.sharded:
+        raise PackError(f"{url}: a bucket holds sharded data sets: add --num-shards N (or --shard-size)")
+    if options.shard_index is not None:
+        raise PackError(f"{url}: --shard-index packs one part on one machine; to a bucket, pack all shards "
+                        "in one run (it uploads each as it completes)")
+    bucket, key = Bucket.of(url, remote)
+    fmt = format_for(key, options.format)
+    scan = shuffled(scan_folder(os.fspath(src), options.labels_csv), options.shuffle)
+    ranges = plan_shards(scan, options)
+    count = len(ranges)
+    pack_id = pack_id_of(scan, options, fmt, ranges)
+    index_key = shard_index(key)
+    if bucket.size(index_key) is not None and not (options.overwrite or options.resume):
+        raise PackError(f"{bucket.url(index_key)} already exists; pass --overwrite to replace the data set, "
+                        "or --resume to finish an upload of the same pack")
+    staging = os.path.join(remote.cache_root, "upload", pack_id)
+    os.makedirs(staging, exist_ok=True)
+    local_out = os.path.join(staging, posixpath.basename(key))
+    reports, entries, metas = [], [], []
+    for k in range(count):
+        name = posixpath.basename(shard_name(key, k, count))
+        shard_key = posixpath.join(posixpath.dirname(key), name)
+        not_taken = [Skip.of(p) for p in scan.problems] if k == 0 else []
+        done = _uploaded(bucket, shard_key, pack_id) if options.resume else None
+        if done is not None:
+            log.info("%s: already uploaded (resume)", bucket.url(shard_key))
+            meta, size = done
+            reports.append(PackReport(out=bucket.url(shard_key), format=fmt.value, found=meta["count"],
+                                      packed=meta["count"], converted=0, resumed_from=meta["count"]))
+        else:
+            local = shard_name(local_out, k, count)
+            report = pack_scan(scan_part(scan, *ranges[k]), local, replace_out(options), not_taken=not_taken,
+                               shard={"index": k, "of": count, "pack_id": pack_id})
+            with open_file(local) as store:
+                head, meta = head_bytes(store), store.meta
+            size = os.path.getsize(local)
+            bucket.upload(local, shard_key)
+            bucket.write(shard_key + HEAD_SUFFIX, head)   # last: a head in the bucket marks the shard complete
+            _remove_local(local)
+            reports.append(report)
+        entries.append({"file": name, "count": meta["count"], "bytes": size})
+        metas.append(meta)
+    index = {"format": SHARD_INDEX_FORMAT, "version": SHARD_INDEX_VERSION,
+             "format_version": metas[0]["format_version"], "kind": fmt.value, "count": sum(e["count"] for e in entries),
+             "classes": metas[0]["classes"], "checksums": True, "pack_id": pack_id,
+             "pack_options": common_pack_options(metas), "source": metas[0].get("source"), "shards": entries}
+    bucket.write(index_key, (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
+    shutil.rmtree(staging, ignore_errors=True)
+    log.info("%s: %d shards, %d records", bucket.url(index_key), count, index["count"])
+    return combined_report(reports, bucket.url(index_key), fmt.value, time.perf_counter() - started)
+
+
+def replace_out(options: PackOptions) -> PackOptions:
+    """Each local shard is written afresh (a leftover of a killed run is replaced)."""
+    from dataclasses import replace
+    return replace(options, resume=False, overwrite=True, progress=options.progress)
+
+
+def _uploaded(bucket: Bucket, shard_key: str, pack_id: str) -> tuple[dict, int] | None:
+    """(metadata, size) of a shard of this pack whose upload completed, else None."""
+    try:
+        raw = bucket.read(shard_key + HEAD_SUFFIX)
+    except MissingObjectError:
+        return None
+    meta = parse_head(raw, bucket.url(shard_key + HEAD_SUFFIX))[0]
+    size = bucket.size(shard_key)
+    if meta.get("shard", {}).get("pack_id") != pack_id or size is None:
+        return None
+    return meta, size
+
+
+def _remove_local(path: str) -> None:
+    for leftover in (path, path + ".errors.csv"):
+        try:
+            os.remove(leftover)
+        except FileNotFoundError:
+            pass

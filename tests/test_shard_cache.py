@@ -1,0 +1,91 @@
+"""The local shard cache: complete files only, least-recently-used eviction past the limit,
+one fetch per shard per machine (a lock file), a full disk in one line."""
+from __future__ import annotations
+
+import fcntl
+import multiprocessing
+import os
+import time
+
+import pytest
+
+from feedline.stores.remote import CacheFullError
+from feedline.stores.shard_cache import ShardCache, ShardDamaged
+
+SMALL_DISK = ("256k", "4m")
+
+
+def writer(data: bytes):
+    def fetch(dest: str) -> int:
+        with open(dest, "wb") as fh:
+            fh.write(data)
+        return len(data)
+    return fetch
+
+
+def no_check(path: str) -> None:
+    pass
+
+
+def test_a_fetched_shard_is_checked_then_complete_and_not_fetched_again(tmp_path):
+    cache = ShardCache(str(tmp_path), limit=1 << 20)
+    seen = []
+    path = cache.get("a.lmdb", 3, writer(b"abc"), seen.append)
+    assert seen == [path + ".partial"] and open(path, "rb").read() == b"abc"
+    assert cache.get("a.lmdb", 3, writer(b"xyz"), no_check) == path and open(path, "rb").read() == b"abc"
+    assert cache.fetched == ["a.lmdb"] and cache.fetched_bytes == 3
+
+
+def test_a_bad_fetch_leaves_nothing_behind(tmp_path):
+    cache = ShardCache(str(tmp_path), limit=1 << 20)
+    with pytest.raises(ShardDamaged, match="2 bytes arrived, the object has 3"):
+        cache.get("a.lmdb", 3, writer(b"ab"), no_check)
+
+    def refuse(path):
+        raise ShardDamaged("record 0 fails its checksum")
+    with pytest.raises(ShardDamaged, match="record 0"):
+        cache.get("a.lmdb", 3, writer(b"abc"), refuse)
+    assert not cache.complete("a.lmdb") and not os.path.exists(cache.path("a.lmdb") + ".partial")
+
+
+def test_past_the_limit_the_least_recently_used_shards_go_first(tmp_path):
+    cache = ShardCache(str(tmp_path), limit=300)
+    for k, name in enumerate("abc"):
+        cache.get(name, 100, writer(b"x" * 100), no_check)
+        os.utime(cache.path(name), (1000 + k, 1000 + k))
+    cache.get("a", 100, writer(b""), no_check)          # used again: now the most recent
+    cache.get("d", 100, writer(b"x" * 100), no_check, keep={"b"})
+    assert [cache.complete(n) for n in "abcd"] == [True, True, False, True]   # c: least recent not kept
+    assert cache.used_bytes() <= 300 and cache.peak_bytes <= 300
+
+
+def _get_in_child(folder: str, inherited_lock: int, out) -> None:
+    os.close(inherited_lock)   # the parent's lock, copied by fork: it must stay the parent's alone
+    cache = ShardCache(folder, limit=1 << 20)
+    cache.get("s", 3, writer(b"new"), no_check)
+    out.put(cache.fetched)
+
+
+def test_a_second_process_waits_for_the_first_ones_fetch_instead_of_fetching(tmp_path):
+    cache = ShardCache(str(tmp_path), limit=1 << 20)
+    lock = os.open(cache.path("s") + ".lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)          # this process is "fetching" s
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_get_in_child, args=(str(tmp_path), lock, out))
+    child.start()
+    time.sleep(0.5)
+    assert child.is_alive(), "the child did not wait on the lock"
+    with open(cache.path("s"), "wb") as fh:
+        fh.write(b"old")
+    os.close(lock)
+    child.join(10)
+    assert out.get(timeout=5) == [] and open(cache.path("s"), "rb").read() == b"old"
+
+
+def test_a_full_cache_disk_is_one_line_saying_what_to_do(small_disk):
+    cache = ShardCache(str(small_disk.path / "cache"), limit=1 << 30)
+    with pytest.raises(CacheFullError, match="cache disk is full; free space.*FEEDLINE_CACHE_DIR") as info:
+        cache.get("big", None, writer(b"x" * (1 << 20)), no_check)
+    assert "\n" not in str(info.value)
+    assert [n for n in os.listdir(cache.folder) if not n.endswith(".lock")] == []   # no partial left

@@ -1,0 +1,70 @@
+"""`pack SRC s3://...`: shards uploaded as they complete, the index last, a killed upload resumed
+to the same objects; URLs of other schemes refused."""
+from __future__ import annotations
+
+import boto3
+import pytest
+
+import converters.upload as upload
+from converters import pack
+from feedline.errors import FeedlineError, PackError
+from feedline.stores import open_dataset
+from tests.remote_helpers import make_bucket, records
+
+pytestmark = pytest.mark.s3
+
+
+def objects(server, bucket: str) -> dict[str, str]:
+    env = server.env()
+    s3 = boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                      aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+    listing = s3.list_objects_v2(Bucket=bucket).get("Contents", [])
+    return {o["Key"]: o["LastModified"].isoformat() for o in listing}
+
+
+def test_a_killed_upload_resumes_to_the_same_objects(photo_folder, s3_env, monkeypatch, tmp_path):
+    prefix = make_bucket(s3_env, "resume")
+    real, calls = upload.pack_scan, []
+
+    def killed_at_third(*args, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+    with monkeypatch.context() as m:
+        m.setattr(upload, "pack_scan", killed_at_third)
+        with pytest.raises(KeyboardInterrupt):
+            pack(str(photo_folder), f"{prefix}/a/train.lmdb", num_shards=4, progress=False)
+    before = objects(s3_env, "resume")
+    assert sorted(before) == ["a/train-00000-of-00004.lmdb", "a/train-00000-of-00004.lmdb.head",
+                              "a/train-00001-of-00004.lmdb", "a/train-00001-of-00004.lmdb.head"]  # no index yet
+    report = pack(str(photo_folder), f"{prefix}/a/train.lmdb", num_shards=4, progress=False, resume=True)
+    after = objects(s3_env, "resume")
+    assert {k: after[k] for k in before} == before      # the two uploaded shards were kept as they were
+    assert report.resumed_from == 24 and report.packed == 48
+    pack(str(photo_folder), f"{prefix}/b/train.lmdb", num_shards=4, progress=False)   # uninterrupted
+    local = tmp_path / "local.lmdb"
+    pack(str(photo_folder), str(local), num_shards=4, progress=False)
+    with open_dataset(f"{prefix}/a/train.shards.json") as a, open_dataset(f"{prefix}/b/train.shards.json") as b, \
+            open_dataset(str(tmp_path / "local.shards.json")) as c:
+        assert records(a) == records(b) == records(c)
+        assert a.meta["shards"] == b.meta["shards"]
+
+
+def test_an_existing_data_set_is_not_replaced_without_overwrite_or_resume(photo_folder, s3_env):
+    prefix = make_bucket(s3_env, "exists")
+    pack(str(photo_folder), f"{prefix}/t.lmdb", num_shards=2, progress=False)
+    before = objects(s3_env, "exists")
+    with pytest.raises(PackError, match="t.shards.json already exists; pass --overwrite.*or --resume"):
+        pack(str(photo_folder), f"{prefix}/t.lmdb", num_shards=2, progress=False)
+    assert objects(s3_env, "exists") == before
+
+
+def test_a_bucket_needs_shards_and_other_schemes_are_refused(photo_folder, tmp_path):
+    with pytest.raises(PackError, match="add --num-shards"):
+        pack(str(photo_folder), "s3://some-bucket/train.lmdb", progress=False)
+    for out in ("gs://b/train.lmdb", "https://host/train.lmdb"):
+        with pytest.raises(FeedlineError, match="does not read .*://.*s3://"):
+            pack(str(photo_folder), out, num_shards=2, progress=False)
+    with pytest.raises(FeedlineError, match="local image folder"):
+        pack("s3://b/images", str(tmp_path / "x.lmdb"))
