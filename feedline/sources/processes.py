@@ -237,7 +237,7 @@ class ProcessBatches:
             try:
                 yield from deliver(feed, self.finisher, stats)
             finally:
-                if self.pool.error is None:
+                if self.pool.running:
                     feed.drain()
 
     def close(self) -> None:

@@ -90,6 +90,11 @@ class WorkerPool:
         close_at_exit(self)
 
     @property
+    def running(self) -> bool:
+        """Whether the workers are there to be driven (not closed, none dead)."""
+        return self.error is None and not self._closed
+
+    @property
     def generation(self) -> int:
         return int(self.control[0])
 
@@ -171,11 +176,11 @@ class WorkerPool:
         hint = " (SIGKILL is what the OOM killer sends: lower num_workers or batch_size)" if code == -9 else ""
         self.error = WorkerError(f"feedline worker {k} (pid {proc.pid}) {how} {record}{hint}. The loader "
                                  "cannot go on: make a new FeedLoader")
-        self.close()
+        self.close(kill=True)   # the batches in flight are lost anyway: no waiting on the others
         raise self.error
 
-    def close(self) -> None:
-        """Stop every worker and join it (killed after JOIN_S if it does not stop)."""
+    def close(self, kill: bool = False) -> None:
+        """Stop every worker and join it (killed after JOIN_S if it does not stop; at once with ``kill``)."""
         if self._closed:
             return
         self._closed = True
@@ -186,6 +191,8 @@ class WorkerPool:
             except OSError:
                 pass
         for proc in self.procs:
+            if kill and proc.is_alive():
+                proc.kill()
             proc.join(JOIN_S)
             if proc.is_alive():
                 log.warning("feedline worker %s did not stop within %.0f s: killed", proc.name, JOIN_S)
