@@ -35,7 +35,8 @@ declare -A AREAS=(
              feedline/sources/host_output.py feedline/sources/policy.py feedline/sources/normalization.py
              feedline/sources/ring.py feedline/sources/slot.py feedline/sources/rows.py
              feedline/sources/finisher.py |
-             $LOADER_TESTS tests/test_sources_decode_queue.py tests/test_sources_host_output.py
+             $LOADER_TESTS tests/test_sources_decode_queue.py tests/test_sources_feed.py tests/test_sources_host_output.py
+             tests/test_slot.py tests/test_ring.py tests/test_rows.py tests/test_finisher.py tests/test_threads.py
              tests/test_sources_policy.py tests/test_sources_policy_errors.py tests/test_normalize.py
              tests/test_dali_errors.py"
   [dali]="feedline/sources/dali.py feedline/sources/known_bad.py |
@@ -43,7 +44,7 @@ declare -A AREAS=(
   [stores]="feedline/stores/base.py feedline/stores/lmdb_store.py feedline/stores/hdf5_store.py
             feedline/stores/folder_store.py feedline/stores/sharded_store.py feedline/stores/__init__.py |
             tests/test_stores.py tests/test_checksums.py tests/test_shards.py tests/test_readahead.py
-            tests/test_info_verify.py tests/test_scan.py tests/test_loader_oracles.py tests/test_store_base.py
+            tests/test_info_verify.py tests/test_scan.py tests/test_loader_oracles.py tests/test_stores_base.py
             tests/test_open_dataset.py tests/test_folder_store.py tests/test_hdf5_store.py tests/test_lmdb_store.py
             tests/test_sharded_store.py"
   [journal]="converters/journal.py converters/packer.py converters/writer_base.py converters/lmdb_writer.py

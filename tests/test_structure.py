@@ -274,3 +274,21 @@ def test_the_slot_imports_nothing_else_of_sources():
     finish it; it knows none of them."""
     known = modules()
     assert {m for m in imported(SLOT_MODULE, known[SLOT_MODULE], known) if m.startswith("feedline.sources")} == set()
+
+
+MIRRORED = ("sources", "transforms", "stores")
+
+
+def test_each_module_of_sources_transforms_and_stores_has_its_test_file():
+    """Tests mirror those packages: feedline/<package>/<module>.py is tested in
+    tests/test_<module>.py or tests/test_<package>_<module>.py (more files may follow the
+    name, e.g. test_sources_policy_errors.py)."""
+    tests = {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    missing = []
+    for package in MIRRORED:
+        for path in sorted((ROOT / "feedline" / package).glob("*.py")):
+            if path.stem == "__init__":
+                continue
+            if not {f"test_{path.stem}.py", f"test_{package}_{path.stem}.py"} & tests:
+                missing.append(f"feedline/{package}/{path.name}")
+    assert missing == []

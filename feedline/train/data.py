@@ -85,7 +85,8 @@ def loader_arguments(cfg: TrainConfig, info: DistInfo, dtype: torch.dtype, train
                      num_classes: int | None = None) -> dict:
     """FeedLoader's arguments for this rank, from the run's config: its specs and DataLoader's keywords."""
     order = OrderSpec(cfg.order if train else None, rank=info.rank, world_size=info.world_size, even_shards=train)
-    return dict(batch_size=cfg.batch_size, shuffle=train, train=train, engine=cfg.engine, decoder=cfg.decoder,
+    train_only = {"train": True} if train else {}   # validation: train=False is in its AugmentSpec
+    return dict(batch_size=cfg.batch_size, shuffle=train, **train_only, engine=cfg.engine, decoder=cfg.decoder,
                 num_workers=cfg.threads, device=str(info.device), output=OutputSpec(dtype=dtype,
                 channels_last=cfg.channels_last), drop_last=train, seed=cfg.seed, on_error=cfg.on_error,
                 order=order, **loader_options(cfg, train, num_classes))

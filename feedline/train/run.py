@@ -167,7 +167,7 @@ class Trainer:
         self.result.bad_records += int(bad_total)
         if self.val_loader is not None:
             self.val_loader.set_epoch(progress.epoch)
-            record.update(validate(raw, self.val_loader, self.amp, info, self.task, self.cfg))
+            record.update(validated(raw, runner, self.val_loader, self.amp, info, self.task, self.cfg))
         self.result.history.append(record)
         self.reporter.epoch(record, self.cfg.epochs, bad)
         progress.epoch += 1
@@ -177,6 +177,14 @@ class Trainer:
     def _save(self, raw: nn.Module, runner: StepRunner, loader_state: dict | None) -> None:
         self.checkpoints.save(raw, runner, self.progress, loader_state, self.result.history)
         self.result.checkpoint = self.cfg.checkpoint_path
+
+
+def validated(raw: nn.Module, runner: StepRunner, loader, amp, info: DistInfo, task, cfg: TrainConfig) -> dict:
+    """The model's validation, and its EMA's (timm's --model-ema) as ``ema_*`` keys."""
+    record = validate(raw, loader, amp, info, task, cfg)
+    if runner.ema is not None:
+        record.update({f"ema_{k}": v for k, v in validate(runner.ema.module, loader, amp, info, task, cfg).items()})
+    return record
 
 
 def train(cfg: TrainConfig, env=None) -> TrainResult:
