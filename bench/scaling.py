@@ -85,6 +85,56 @@ RUNNER = textwrap.dedent('''
 ''')
 
 
+# The native candidate: nvImageCodec's batched CPU decode of a batch's crop regions, in one
+# call on its own C++ threads (``workers`` of them), in the training process; then each crop
+# resized and flipped into the batch. No FeedLoader: its per-image Python is what is measured.
+NATIVE = "nvimgcodec-batch"
+NATIVE_RUNNER = textwrap.dedent('''
+    import json, select, sys, time
+    import numpy as np
+    from feedline import open_dataset
+    from feedline.augment import AugmentSpec
+    from feedline.choices import Order
+    from feedline.decoders.base import resize_into
+    from feedline.decoders.nvimgcodec_library import load_nvimgcodec
+    from feedline.plan import EpochPlan
+    nv = load_nvimgcodec()
+    path, mode, engine, workers, secs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+    store = open_dataset(path)
+    decoder = nv.Decoder(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=workers,
+                         backends=[nv.Backend(nv.CPU_ONLY)])
+    params = nv.DecodeParams(apply_exif_orientation=False, color_spec=nv.SRGB)
+    batch = np.empty((64, 224, 224, 3), dtype=np.uint8)
+    def epoch_plans(epoch):
+        plan = EpochPlan(AugmentSpec(size=(224, 224)), 0, epoch, Order.RANDOM, 64, True)
+        return plan.batches(store.labels, store.sizes)
+    def make(plan):
+        streams = []
+        for index, (top, left, h, w) in zip(plan.indices.tolist(), plan.boxes.tolist()):
+            stream = nv.CodeStream(store.read_checked(index))
+            streams.append(stream.get_sub_code_stream(region=nv.Region(start=(top, left), end=(top + h, left + w))))
+        for j, (image, flip) in enumerate(zip(decoder.decode(streams, params=params), plan.flips.tolist())):
+            resize_into(np.asarray(image), batch[j], flip)
+        return batch
+    epoch = 0
+    plans = epoch_plans(epoch)
+    def next_batch():
+        global plans, epoch
+        for plan in plans:
+            return make(plan)
+        epoch += 1
+        plans = epoch_plans(epoch)
+        return next_batch()
+    next_batch(); next_batch()
+    print("READY", flush=True)
+    n, t0, marks = 0, time.perf_counter(), []
+    while time.perf_counter() - t0 < secs and not select.select([sys.stdin], [], [], 0)[0]:
+        n += len(next_batch())
+        marks.append((time.perf_counter(), n))
+    print("MARKS " + json.dumps(marks), flush=True)
+''')
+
+
 def make_stores(folder: Path, n: int) -> dict[str, Path]:
     """`feedline sample` photos packed twice, --layout original and --layout grid."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -154,7 +204,7 @@ def probe(store: Path, mode: str, engine: str, workers: int, seconds: float, rat
     work = Path(tempfile.mkdtemp(prefix="scaling-"))
     try:
         runner = work / "runner.py"
-        runner.write_text(RUNNER)
+        runner.write_text(NATIVE_RUNNER if engine == NATIVE else RUNNER)
         total = seconds * 2 + 20
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         p = subprocess.Popen([sys.executable, str(runner), str(store), mode, engine, str(workers), str(total)],
@@ -220,7 +270,8 @@ def main(argv=None) -> int:
     p.add_argument("--seconds", type=float, default=None, help="sampling window per configuration (default 10)")
     p.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     p.add_argument("--workers", type=int, default=2, help="num_workers of every loader (threads or processes)")
-    p.add_argument("--engines", default="threads,processes", help="engines to compare, comma-separated")
+    p.add_argument("--engines", default="threads,processes", help="engines to compare, comma-separated "
+                   f"(and {NATIVE!r}: nvImageCodec's batched decode alone, in float mode only)")
     p.add_argument("--modes", default=None, help=f"comma-separated, of {','.join(MODES)}")
     p.add_argument("--n", type=int, default=None, help="photos generated (default 2000, 300 quick)")
     p.add_argument("--save", action="store_true", help="write bench/results/scaling.json")
@@ -239,6 +290,8 @@ def main(argv=None) -> int:
         for layout in LAYOUTS:
             for mode in modes:
                 for engine in engines:   # engines side by side, one after the other, on the same data
+                    if engine == NATIVE and mode != "float":
+                        continue
                     row = probe(stores[layout], mode, engine, a.workers, seconds, a.rate, spy)
                     row["layout"], row["load_average"] = layout, load_average()
                     rows.append(row)
