@@ -110,3 +110,19 @@ def test_abandoned_iterators_leave_nothing_behind(packed_lmdb):
         assert len(os.listdir("/proc/self/fd")) <= fds
         assert set(CHILDREN.read_text().split()) == children
         assert sum(len(x) for x, _ in loader) == 48   # and the loader still works
+
+
+def test_spawned_workers_make_the_same_batches(packed_lmdb, monkeypatch):
+    """A process that initialized CUDA spawns its workers: they open the store and build the
+    decoder by name where those do not pickle."""
+    import torch
+
+    from feedline.sources import worker_pool
+    monkeypatch.setattr(worker_pool, "start_method", lambda: "spawn")
+    options = dict(batch_size=8, shuffle=True, size=32, num_workers=2, device="cpu", train=True, seed=2)
+    with FeedLoader(str(packed_lmdb), engine="threads", **options) as threads:
+        expected = [(x.clone(), y.clone()) for x, y in threads]
+    with FeedLoader(str(packed_lmdb), engine="processes", **options) as spawned:
+        got = [(x.clone(), y.clone()) for x, y in spawned]
+    assert len(got) == len(expected) == 6
+    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, expected))

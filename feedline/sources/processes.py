@@ -211,7 +211,7 @@ class ProcessBatches:
         t = parts.transforming
         setup = WorkerSetup(store, decoder, t.host if t is not None and t.per_sample else None, config.seed,
                             self.bad_records.on_error.value == "substitute", os.getpid())
-        self.pool = WorkerPool(setup, config.num_threads)
+        self.pool = WorkerPool(setup, config.num_threads, config.decoder)
         self._closer = weakref.finalize(self, self.pool.close)
         self.shared = SharedRing(self.pool, config, self.targets, config.augment.size)
 

@@ -68,6 +68,21 @@ class Arena:
             self.fd = None
 
 
+class SharedFd:
+    """An arena's descriptor as a process argument: inherited by fork, duplicated for spawn."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self):
+        from multiprocessing.reduction import DupFd
+        return SharedFd._rebuilt, (DupFd(self.fd),)
+
+    @staticmethod
+    def _rebuilt(dup) -> "SharedFd":
+        return SharedFd(dup.detach())
+
+
 def attach(fd: int, nbytes: int) -> mmap.mmap:
     """A worker's mapping of an arena whose descriptor it received (the descriptor is closed)."""
     try:

@@ -21,7 +21,7 @@ from multiprocessing.connection import wait
 import numpy as np
 
 from ..errors import FeedlineError
-from .shared_rows import Arena, RowFormat
+from .shared_rows import Arena, RowFormat, SharedFd
 from .shutdown import close_at_exit
 from .worker_process import IDLE, ChunkDone, WorkerSetup, serve
 
@@ -33,21 +33,6 @@ class WorkerError(FeedlineError):
     """A worker process died: its number, pid, how it ended and the record it held."""
 
 
-class SharedFd:
-    """An arena's descriptor as a process argument: inherited by fork, duplicated for spawn."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-
-    def __reduce__(self):
-        from multiprocessing.reduction import DupFd
-        return SharedFd._rebuilt, (DupFd(self.fd),)
-
-    @staticmethod
-    def _rebuilt(dup) -> "SharedFd":
-        return SharedFd(dup.detach())
-
-
 def start_method() -> str:
     """fork (fast, nothing pickled) unless CUDA is initialized here: then spawn."""
     torch = sys.modules.get("torch")
@@ -56,25 +41,51 @@ def start_method() -> str:
     return "fork"
 
 
+def pickles(value) -> bool:
+    try:
+        pickle.dumps(value)
+    except Exception:
+        return False
+    return True
+
+
+def portable(setup: WorkerSetup, decoder_name: str | None) -> WorkerSetup:
+    """``setup`` for a spawned worker: a Store or Decoder that does not pickle goes by name
+    (the store's file, the decoder's registered name) and the worker opens and builds it."""
+    from dataclasses import replace
+    store, decoder = setup.store, setup.decoder
+    if not pickles(store):
+        store = str(store.filename)
+    if not pickles(decoder):
+        if decoder_name is None:
+            raise TypeError(f"the decoder {decoder!r} does not pickle, so spawned workers (CUDA is initialized "
+                            "in this process) cannot have it: pass a registered decoder name, or make the "
+                            "loader before initializing CUDA")
+        decoder = decoder_name
+    return replace(setup, store=store, decoder=decoder)
+
+
 class WorkerPool:
     """``count`` worker processes serving ``setup``. Not thread-safe: one consumer drives it."""
 
-    def __init__(self, setup: WorkerSetup, count: int):
+    def __init__(self, setup: WorkerSetup, count: int, decoder_name: str | None = None):
+        """``decoder_name``: what a spawned worker builds when the Decoder does not pickle."""
+        method = start_method()
         self.setup, self.count = setup, count
+        if method != "fork":
+            setup = portable(setup, decoder_name)
         self._control = Arena(8 * (count + 1), "feedline-control")
         self.control = np.frombuffer(self._control.memory, dtype=np.int64)
         self.control[0], self.control[1:] = 0, IDLE
         self.error: WorkerError | None = None
         self._closed = False
-        method = start_method()
         context = multiprocessing.get_context(method)
         self.conns, self.procs, inherited = [], [], []
         try:
             for k in range(count):
                 here, there = context.Pipe(duplex=True)
                 proc = context.Process(target=serve, name=f"feedline-worker-{k}", daemon=True,
-                                       args=(k, there, setup, SharedFd(self._control.fd) if method != "fork"
-                                             else self._control.fd, count,
+                                       args=(k, there, setup, SharedFd(self._control.fd), count,
                                              tuple(inherited) if method == "fork" else ()))
                 proc.start()
                 there.close()
@@ -84,8 +95,6 @@ class WorkerPool:
         except BaseException:
             self.close()
             raise
-        if method == "fork":
-            pass   # each child closed its copy of the control descriptor when it mapped it
         self._control.release_fd()
         close_at_exit(self)
 

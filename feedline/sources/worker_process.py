@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..decoders.base import Box
-from .shared_rows import RowFormat, RowWriter, attach
+from .shared_rows import RowFormat, RowWriter, SharedFd, attach
 
 PARENT_CHECK_S = 1.0
 IDLE = -1         # the record a worker holds when it holds none
@@ -31,8 +31,9 @@ IDLE = -1         # the record a worker holds when it holds none
 class WorkerSetup:
     """What every worker is given once, when it starts."""
 
-    store: object                 # the Store (fork-safe: it reopens its handles in the child)
-    decoder: object               # the per-image Decoder
+    store: object                 # the Store (fork-safe: it reopens its handles in the child), or
+                                  # its file's name for a spawned worker when the Store does not pickle
+    decoder: object               # the per-image Decoder, or its registered name (then built here)
     sample_transforms: object     # SampleTransforms run on the host per sample, or None
     seed: int
     substitute: bool              # on_error="substitute": try the rule's records for a bad one
@@ -64,7 +65,7 @@ class ChunkDone:
                                   # a transform that failed on a good one
 
 
-def serve(number: int, conn, setup: WorkerSetup, control_fd: int, workers: int, inherited=()) -> None:
+def serve(number: int, conn, setup: WorkerSetup, control: SharedFd, workers: int, inherited=()) -> None:
     """The worker's loop until it is told to stop or its parent is gone. ``control``: int64
     shared with the parent: [0] the current run, [1 + number] the record this worker holds."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the consumer's to handle; it closes us
@@ -73,7 +74,8 @@ def serve(number: int, conn, setup: WorkerSetup, control_fd: int, workers: int, 
             os.close(fd)
         except OSError:
             pass
-    control = np.frombuffer(attach(control_fd, 8 * (workers + 1)), dtype=np.int64)
+    setup = opened(setup)
+    control = np.frombuffer(attach(control.fd, 8 * (workers + 1)), dtype=np.int64)
     arenas: dict[int, RowWriter] = {}
     held = control[1 + number:2 + number]
     while True:
@@ -96,6 +98,19 @@ def serve(number: int, conn, setup: WorkerSetup, control_fd: int, workers: int, 
             arenas.pop(message[1], None)
         elif kind == "stop":
             return
+
+
+def opened(setup: WorkerSetup) -> WorkerSetup:
+    """``setup`` with its store opened and its decoder built, where they came by name."""
+    from dataclasses import replace
+    store, decoder = setup.store, setup.decoder
+    if isinstance(store, str):
+        from ..stores import open_dataset
+        store = open_dataset(store)
+    if isinstance(decoder, str):
+        from ..selection import thread_decoder
+        decoder = thread_decoder(decoder, store)
+    return replace(setup, store=store, decoder=decoder)
 
 
 def send(conn, done: ChunkDone) -> None:
