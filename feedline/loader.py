@@ -52,9 +52,10 @@ class FeedLoader:
     ``source``: a packed .lmdb/.h5 file, shards, an image folder, or an open Store.
     ``engine``: "threads" (per-image decoders on CPU threads), "processes" (the same decoders
     in worker processes, each with its own GIL, writing into shared batch memory), "dali",
-    "gpu" (nvImageCodec on the GPU) or "auto" (dali on CUDA when DALI is installed, else threads). ``decoder``:
-    the thread engine's codec, a registered name ("auto", "nvimgcodec", "turbojpeg",
-    "simplejpeg", "opencv", "pil", or yours: feedline.decoders.register_decoder) or a Decoder.
+    "gpu" (nvImageCodec on the GPU) or "auto" (dali on CUDA when DALI is installed, else
+    threads). ``decoder``: the thread engine's codec, a registered name ("auto", "nvimgcodec",
+    "turbojpeg", "simplejpeg", "opencv", "pil", or yours: feedline.decoders.register_decoder)
+    or a Decoder.
     ``augment=AugmentSpec(...)`` (the crop and flip; or its loose ``size`` and ``train``),
     ``output=OutputSpec(...)`` (or its loose ``mean``, ``std``, ``dtype``), ``transforms``
     (a list, or ``TransformSpec(...)`` with ``batch_transforms``), ``order`` ("sequential",

@@ -72,13 +72,17 @@ def test_a_killed_consumer_leaves_no_worker_and_no_shared_memory(packed_lmdb, tm
     pids = [int(p) for p in consumer.stdout.readline().split()]
     assert len(pids) == 3 and all(alive(p) for p in pids)
     time.sleep(0.5)   # mid-epoch
+    for pid in [consumer.pid, *pids]:   # the ring is shared as memfds, never as files in /dev/shm
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        assert "memfd:feedline" in maps and "/dev/shm/" not in maps
     consumer.send_signal(signal.SIGKILL)
     consumer.wait()
     deadline = time.monotonic() + 5
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(p) for p in pids)
-    left = [name for name in set(os.listdir("/dev/shm")) - shm_before if "feedline" in name or str(consumer.pid) in name]
+    left = [name for name in set(os.listdir("/dev/shm")) - shm_before
+            if "feedline" in name or str(consumer.pid) in name]
     assert left == []
 
 
