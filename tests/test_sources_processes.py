@@ -127,3 +127,18 @@ def test_a_failing_user_transform_reaches_the_consumer(packed_lmdb):
         with pytest.raises(ValueError, match="the hook broke"):
             next(iter(loader))
         assert not loader.stats.bad_records
+
+
+def one_thread(image, rng):
+    if torch.get_num_threads() != 1:
+        raise RuntimeError(f"torch runs {torch.get_num_threads()} threads in a worker")
+    return image
+
+
+def test_torch_runs_on_the_workers_own_thread(packed_lmdb):
+    """A forked worker's torch uses one thread (the parent's OpenMP pool, copied by fork,
+    stalls a worker's RandAugment tens of times over)."""
+    torch.set_num_threads(2)
+    with FeedLoader(str(packed_lmdb), batch_size=8, size=32, num_workers=2, device="cpu", train=True,
+                    engine="processes", transforms=[one_thread]) as loader:
+        assert sum(len(x) for x, _ in loader) == 48

@@ -74,6 +74,7 @@ def serve(number: int, conn, setup: WorkerSetup, control: SharedFd, workers: int
             os.close(fd)
         except OSError:
             pass
+    one_thread_each()
     setup = opened(setup)
     control = np.frombuffer(attach(control.fd, 8 * (workers + 1)), dtype=np.int64)
     arenas: dict[int, RowWriter] = {}
@@ -98,6 +99,17 @@ def serve(number: int, conn, setup: WorkerSetup, control: SharedFd, workers: int
             arenas.pop(message[1], None)
         elif kind == "stop":
             return
+
+
+def one_thread_each() -> None:
+    """A worker is one core's worth of work: torch (imported by a user's transform, or
+    inherited over fork) runs its operators on the worker's own thread, as in DataLoader's
+    workers; a forked child's copy of the parent's OpenMP pool would otherwise stall it.
+    (OpenCV's pool is left alone: resetting it in a forked child can deadlock.)"""
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 def opened(setup: WorkerSetup) -> WorkerSetup:
