@@ -138,7 +138,11 @@ def one_thread(image, rng):
 def test_torch_runs_on_the_workers_own_thread(packed_lmdb):
     """A forked worker's torch uses one thread (the parent's OpenMP pool, copied by fork,
     stalls a worker's RandAugment tens of times over)."""
+    before = torch.get_num_threads()
     torch.set_num_threads(2)
-    with FeedLoader(str(packed_lmdb), batch_size=8, size=32, num_workers=2, device="cpu", train=True,
-                    engine="processes", transforms=[one_thread]) as loader:
-        assert sum(len(x) for x, _ in loader) == 48
+    try:
+        with FeedLoader(str(packed_lmdb), batch_size=8, size=32, num_workers=2, device="cpu", train=True,
+                        engine="processes", transforms=[one_thread]) as loader:
+            assert sum(len(x) for x, _ in loader) == 48
+    finally:
+        torch.set_num_threads(before)
