@@ -7,7 +7,7 @@ nvJPEG on CUDA, the hybrid CPU+GPU path, the CPU).
 
     python bench/gpu/gpu_decode.py --data photos.lmdb --out gpu_decode.json
 
-Loader rows: ``cpu-threads`` (engine="threads", decoder="auto" + CUDA prefetcher), ``gpu``
+Loader rows: ``cpu-threads`` (engine="threads", decoder="auto" + the CUDA Finisher), ``gpu``
 (engine="gpu": nvImageCodec on the GPU), ``dali`` (engine="dali": DALI's mixed decoder).
 A row that cannot start (DALI not installed, no GPU source yet) says why in the JSON.
 """

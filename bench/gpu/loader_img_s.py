@@ -5,7 +5,7 @@ bf16 in channels_last, batch 256, 16 decode threads / 16 workers. Target >= 10,0
 
     python bench/gpu/loader_img_s.py --data photos.lmdb --folder photos/ --out loader_img_s.json
 
-Rows: ``feedline`` (FeedLoader, default decoder, CUDA prefetcher), ``torchvision`` (the
+Rows: ``feedline`` (FeedLoader, default decoder, the CUDA Finisher), ``torchvision`` (the
 ImageNet example's recipe: transforms.v2 on PIL images in the workers, float32 normalized
 there, then copied to the GPU) and ``torchvision-uint8`` (the same crops as uint8 in the
 workers, normalized on the GPU: a quarter of the bytes to collate and copy).

@@ -1,5 +1,5 @@
 """prefetch_overlap: the share of the host-to-device copy (and normalization) that
-feedline's CUDA prefetcher hides behind the training step.
+feedline's CUDA Finisher hides behind the training step.
 
     python bench/gpu/prefetch_overlap.py --out prefetch_overlap.json [--batch 256 --compute-ms 20]
 

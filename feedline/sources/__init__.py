@@ -75,7 +75,7 @@ def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> 
     if config.engine is Engine.GPU:
         from .cuda_finisher import CudaFinisher
         from .gpu_decode import GpuDecodeBatches
-        from .gpu_splice import crop_streams
+        from .gpu_region import crop_streams
         finisher = CudaFinisher(output, t, targets, Filled(normalized=False, samples_applied=False))
         return GpuDecodeBatches(store, config, EngineParts(t, targets, bad, finisher), crop_streams(store, output))
     if decoder is None:

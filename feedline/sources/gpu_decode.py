@@ -1,7 +1,8 @@
 """GpuDecodeBatches: nvImageCodec decodes each batch's crop regions on the GPU (nvJPEG's
 CUDA decoder, and the hardware JPEG decoder of A100/H100/H200 where present), then torch
 resizes, mirrors and normalizes them there. Same crops, flips, labels and bad-record
-rule as every source; only the decoding moves.
+rule as every source; only the decoding moves. Where GPU region decode is unsafe
+(``gpu_region``), whole images are decoded and cropped on the GPU instead.
 
 Ordering (torchvision#9606, torchcodec#1634): on H100/H200 the hardware decoder writes
 its output without waiting for work already queued on the stream it is given, so memory

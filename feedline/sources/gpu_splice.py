@@ -1,6 +1,6 @@
 """What the GPU engine hands nvImageCodec for each sample's crop, chosen once for the store
-(``crop_streams``) and given to the engine: a region of the record (RegionStreams), or, on a
-grid store, the crop's MCUs spliced into a small JPEG (GridSplice). Each also names the CPU
+(gpu_region.crop_streams) and given to the engine: a region of the record (RegionStreams), or,
+on a grid store, the crop's MCUs spliced into a small JPEG (GridSplice). Each also names the CPU
 decoder that stands in for a record the GPU cannot decode (``fallback``).
 
 nvImageCodec's region request still Huffman-decodes the scan up to the region's end, and
@@ -18,18 +18,6 @@ import torch
 
 from ..decoders.base import Box
 from ..decoders.jpeg_grid import splice_crop
-
-
-def crop_streams(store, output) -> "RegionStreams | GridSplice":
-    """The crop streams for the GPU engine reading ``store`` onto ``output.device``."""
-    from ..decoders import get_decoder
-    from ..decoders.grid_decoder import grid_decoder_for
-    from ..decoders.jpeg_grid import is_grid_store
-    from ..decoders.nvimgcodec_library import load_nvimgcodec
-    nv, cpu = load_nvimgcodec(), get_decoder("auto")
-    if is_grid_store(store):
-        return GridSplice(nv, output.device, grid_decoder_for(store, cpu))   # refuses a damaged grid as the splice does
-    return RegionStreams(nv, cpu)
 
 
 class RegionStreams:
@@ -81,7 +69,7 @@ class GridSplice:
             image = images[k]
             if image is None or isinstance(image, np.ndarray):
                 continue
-            block = _tensor(image, self._device)
+            block = image_tensor(image, self._device)
             if tuple(block.shape[:2]) != size:
                 images[k] = None
                 continue
@@ -89,7 +77,7 @@ class GridSplice:
         return images
 
 
-def _tensor(image, device: torch.device) -> torch.Tensor:
+def image_tensor(image, device: torch.device) -> torch.Tensor:
     """An nvImageCodec image as an H x W x C uint8 tensor, without a copy; it keeps the image alive."""
     if "HOST" in str(getattr(image, "buffer_kind", "")):
         return torch.from_numpy(np.asarray(image))

@@ -93,8 +93,7 @@ class Transforming:
 
 def store_classes(store) -> int | None:
     """How many classes the store's labels have, when it knows (for the mixers)."""
-    classes = getattr(store, "classes", None)
-    return len(classes) if classes else None
+    return len(store.classes) if store.classes else None
 
 
 def transforming(store, config, batched_on_device: bool | None = None) -> Transforming | None:
