@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from feedline import FeedLoader, TransformSpec
+from feedline import FeedLoader, TransformSpec, open_dataset
 from feedline.transforms import Mixup, RandAugment
 
 
@@ -146,3 +146,30 @@ def test_torch_runs_on_the_workers_own_thread(packed_lmdb):
             assert sum(len(x) for x, _ in loader) == 48
     finally:
         torch.set_num_threads(before)
+
+
+def test_every_target_and_a_substitutes_own_match_the_thread_engine(tmp_path):
+    import os
+
+    from converters import pack
+    from targets_helpers import labelled_folder
+    src, labels = labelled_folder(str(tmp_path / "labelled"))
+    store = str(tmp_path / "a.lmdb")
+    pack(src, store, labels_csv=labels, progress=False)
+    damaged = tmp_path / "damaged"
+    shutil.copytree(src, damaged)
+    first = sorted(os.path.relpath(os.path.join(d, f), damaged) for d, _, fs in os.walk(damaged) for f in fs)[4]
+    (damaged / first).write_bytes(b"\xff\xd8\xff\xe0 not a jpeg any more" * 10)
+    for source in (store, str(damaged)):
+        kw = dict(batch_size=3, size=48, num_workers=2, device="cpu", decoder="pil", shuffle=True, seed=1,
+                  on_error="substitute", train=True)
+        out = {}
+        for engine in ("threads", "processes"):
+            opened = source if source == store else open_dataset(source, labels_csv=labels)   # a folder
+            with FeedLoader(opened, engine=engine, **kw) as loader:
+                out[engine] = [(x.clone(), {k: v.clone() for k, v in y.items()}) for x, y in loader]
+                out[engine + "-ledger"] = [(r.index, r.substitute) for r in loader.stats.bad_records]
+        assert len(out["threads"]) == 4 and out["threads-ledger"] == out["processes-ledger"]
+        assert (source == store) == (out["threads-ledger"] == [])
+        for (xa, ya), (xb, yb) in zip(out["threads"], out["processes"], strict=True):
+            assert torch.equal(xa, xb) and ya.keys() == yb.keys() and all(torch.equal(ya[k], yb[k]) for k in ya)
