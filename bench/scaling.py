@@ -167,6 +167,23 @@ def parse_raw(path: Path) -> tuple[collections.Counter, collections.Counter]:
     return per_proc, per_thread
 
 
+def consumer_frames(path: Path, pid: int, n: int = 6) -> list[list]:
+    """Where the consumer's GIL samples fall: [share, innermost feedline frame <- leaf frame]."""
+    where, total = collections.Counter(), 0
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        stack, count = line.rsplit(" ", 1)
+        frames = stack.split(";")
+        procs = [f for f in frames if f.startswith("process ")]
+        if procs and pid_of(procs[-1]) != pid:
+            continue
+        inner = [f for f in frames if "feedline/" in f]
+        where[(inner[-1] if inner else "-") + "  <- " + frames[-1]] += int(count)
+        total += int(count)
+    return [[round(k / total, 3), key[:160]] for key, k in where.most_common(n)] if total else []
+
+
 def pid_of(proc: str) -> int | None:
     head = proc.split(":")[0].replace("process", "").strip()
     return int(head) if head.isdigit() else None
@@ -231,6 +248,7 @@ def probe(store: Path, mode: str, engine: str, workers: int, seconds: float, rat
             raise RuntimeError(f"{engine}/{mode}: too few batches inside the sampling window: raise --seconds")
         img_s = (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
         gil, _ = parse_raw(work / "gil.raw")
+        frames = consumer_frames(work / "gil.raw", p.pid)
         _, threads = parse_raw(work / "all.raw")
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -257,6 +275,7 @@ def probe(store: Path, mode: str, engine: str, workers: int, seconds: float, rat
             "consumer_ceiling_img_s": consumer.get("ceiling_img_s"),
             "worker_gil_ms_per_own_image": max((r["gil_ms_per_own_image"] for r in worker_rows), default=None),
             "consumer_target_met": (consumer.get("gil_ms_per_image") or 0) <= CONSUMER_TARGET_MS,
+            "consumer_gil_where": frames,
             "processes": processes}
 
 

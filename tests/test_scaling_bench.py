@@ -22,3 +22,13 @@ def test_memory_and_children_of_this_process():
     assert mine["rss_mib"] > 10 and 0 < mine["pss_own_mib"] <= mine["pss_mib"] <= mine["rss_mib"] + 1
     assert memory_mib(2 ** 22 + 7) == {}   # no such process
     assert os.getpid() not in descendants(os.getpid())
+
+
+def test_the_consumers_gil_samples_are_placed(tmp_path):
+    from bench.scaling import consumer_frames
+    raw = tmp_path / "gil.raw"
+    raw.write_text('process 10:"py";thread (0x1);run (feedline/sources/processes.py:3);send (connection.py:9) 3\n'
+                   'process 10:"py";process 11:"py";thread (0x2);fill (feedline/sources/worker_process.py:9) 7\n'
+                   'process 10:"py";thread (0x1);main (run.py:1) 1\n')
+    assert consumer_frames(raw, 10) == [[0.75, "run (feedline/sources/processes.py:3)  <- send (connection.py:9)"],
+                                        [0.25, "-  <- main (run.py:1)"]]
