@@ -173,3 +173,19 @@ def test_every_target_and_a_substitutes_own_match_the_thread_engine(tmp_path):
         assert (source == store) == (out["threads-ledger"] == [])
         for (xa, ya), (xb, yb) in zip(out["threads"], out["processes"], strict=True):
             assert torch.equal(xa, xb) and ya.keys() == yb.keys() and all(torch.equal(ya[k], yb[k]) for k in ya)
+
+
+def test_a_size_schedule_remakes_the_shared_ring_and_matches_threads(packed_lmdb):
+    sizes = {0: 32, 1: 48, 2: 32}
+    out = {}
+    for engine in ("threads", "processes"):
+        with FeedLoader(str(packed_lmdb), batch_size=8, shuffle=True, num_workers=2, device="cpu", seed=3,
+                        train=True, engine=engine, size=lambda epoch: sizes[epoch]) as loader:
+            out[engine] = []
+            for epoch in sizes:
+                loader.set_epoch(epoch)
+                out[engine] += [(x.clone(), y.clone()) for x, y in loader]
+            if engine == "processes":   # the old size's arenas are forgotten: one per ring position
+                assert len(loader.source.shared.arena_of) == loader.source.shared.ring.slots
+    assert [x.shape[-1] for x, _ in out["threads"]][::6] == [32, 48, 32]
+    assert same(out["processes"], out["threads"])
