@@ -86,6 +86,21 @@ def test_a_killed_consumer_leaves_no_worker_and_no_shared_memory(packed_lmdb, tm
     assert left == []
 
 
+def test_ctrl_c_ends_the_consumer_and_its_workers_cleanly(packed_lmdb, tmp_path):
+    script = tmp_path / "consumer.py"
+    script.write_text(CONSUMER)
+    consumer = subprocess.Popen([sys.executable, str(script), str(packed_lmdb)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+    pids = [int(p) for p in consumer.stdout.readline().split()]
+    time.sleep(0.5)
+    os.killpg(consumer.pid, signal.SIGINT)   # what Ctrl-C sends: the whole foreground group
+    _, err = consumer.communicate(timeout=10)
+    # an unhandled KeyboardInterrupt ends Python by SIGINT, as the shell expects
+    assert consumer.returncode == -signal.SIGINT and err.rstrip().endswith("KeyboardInterrupt"), err[-600:]
+    assert "Traceback" in err and err.count("Traceback") == 1, "the workers print nothing"
+    assert not any(Path(f"/proc/{pid}").exists() and alive(pid) for pid in pids)
+
+
 def test_close_joins_every_worker(packed_lmdb):
     loader = FeedLoader(str(packed_lmdb), batch_size=8, size=32, num_workers=3, device="cpu", train=True,
                         engine="processes")
