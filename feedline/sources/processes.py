@@ -39,6 +39,9 @@ from .threads import deliver
 from .worker_pool import WorkerPool
 from .worker_process import Chunk, ChunkDone, WorkerSetup
 
+CHUNKS_PER_WORKER = 4   # a batch is cut into about this many chunks per worker: balance, few messages
+QUEUED = 2              # chunks waiting at a worker: it never idles between two
+
 # Output dtypes a worker writes normalized (numpy has them); others get uint8 pixels,
 # normalized per batch by the Finisher.
 _NUMPY_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.uint8: "uint8"}
@@ -109,6 +112,8 @@ class ProcessFeed:
         self._free = collections.deque(range(self._ring.slots))
         self._jobs: collections.deque[_Job] = collections.deque()
         self._pending: dict[int, _Job] = {}
+        self._unsent: collections.deque[Chunk] = collections.deque()
+        self._queued = [0] * pool.count      # chunks sent to each worker, not answered yet
         self._tickets = itertools.count()
         self._ended = False
         self.generation = pool.new_generation()
@@ -127,22 +132,32 @@ class ProcessFeed:
             self._submit(slot)
 
     def _submit(self, slot: Slot) -> None:
+        """The batch's chunks queue up; each goes to the first worker with room (``_dispatch``)."""
         plan, workers = slot.plan, self._pool.count
         n = len(plan)
-        per = -(-n // workers)
+        per = max(1, -(-n // (workers * CHUNKS_PER_WORKER)))
         job = _Job(slot, 0)
         arena = self._shared.arena_of[slot.number]
-        for k in range(workers):
-            first, stop = k * per, min(n, (k + 1) * per)
-            if first >= stop:
-                break
+        for first in range(0, n, per):
+            stop = min(n, first + per)
             ticket = next(self._tickets)
-            chunk = Chunk(ticket, self.generation, arena, first, plan.epoch, plan.indices[first:stop],
-                          plan.boxes[first:stop], plan.flips[first:stop], self._epoch.spec)
+            self._unsent.append(Chunk(ticket, self.generation, arena, first, plan.epoch, plan.indices[first:stop],
+                                      plan.boxes[first:stop], plan.flips[first:stop], self._epoch.spec))
             self._pending[ticket] = job
             job.left += 1
-            self._pool.send(k, ("fill", chunk))
         self._jobs.append(job)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Chunks to the workers, oldest first, at most QUEUED waiting at each: a worker that
+        finishes early takes more, so a slow image (a big crop, a costly transform) delays
+        its batch, not the others' work."""
+        while self._unsent:
+            k = min(range(self._pool.count), key=self._queued.__getitem__)
+            if self._queued[k] >= QUEUED:
+                return
+            self._queued[k] += 1
+            self._pool.send(k, ("fill", self._unsent.popleft()))
 
     def next_filled(self, block: bool = True) -> Slot | None:
         self._top_up()
@@ -158,8 +173,10 @@ class ProcessFeed:
             answers = self._pool.results(None if block else 0)
             if not answers and not block:
                 return None
-            for _, done in answers:
+            for k, done in answers:
+                self._queued[k] -= 1
                 self._hear(done)
+            self._dispatch()
 
     def _hear(self, done: ChunkDone) -> None:
         job = self._pending.pop(done.ticket)
@@ -194,9 +211,10 @@ class ProcessFeed:
     def drain(self) -> None:
         """Wait for every chunk sent (the workers skip what is left of an abandoned run)."""
         self._pool.new_generation()
-        while self._pending:
-            for _, done in self._pool.results(None):
-                self._pending.pop(done.ticket, None)
+        self._unsent.clear()
+        while any(self._queued):
+            for k, done in self._pool.results(None):
+                self._queued[k] -= 1
 
 
 class ProcessBatches:
