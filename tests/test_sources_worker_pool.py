@@ -36,7 +36,7 @@ def test_a_killed_worker_is_an_error_naming_it_and_its_record(packed_lmdb):
     loader = FeedLoader(str(packed_lmdb), batch_size=4, shuffle=False, size=32, num_workers=2, device="cpu",
                         train=True, engine="processes", transforms=[slow])
     pool = loader.source.pool
-    victim = pool.procs[1].pid   # worker 1 holds rows 2 and 3 of batch 0: records 2, then 3
+    victim = pool.procs[1].pid   # a batch of 4 goes out in chunks of 1: worker 1 takes record 1 first
     it = iter(loader)
     threading.Timer(1.0, os.kill, (victim, signal.SIGKILL)).start()
     t0 = time.monotonic()
@@ -44,8 +44,8 @@ def test_a_killed_worker_is_an_error_naming_it_and_its_record(packed_lmdb):
         next(it)
     assert time.monotonic() - t0 < 5
     message = str(info.value)
-    assert f"worker 1 (pid {victim}) killed by SIGKILL while it held record 2 " \
-           f"({loader.store.path(2)})" in message and "OOM" in message
+    assert f"worker 1 (pid {victim}) killed by SIGKILL while it held record 1 " \
+           f"({loader.store.path(1)})" in message and "OOM" in message
     with pytest.raises(WorkerError):   # the loader stays broken, and says so
         next(iter(loader))
     loader.close()
