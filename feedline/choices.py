@@ -32,6 +32,7 @@ class Engine(Choice):
 
     AUTO = "auto"        # dali on a CUDA device when DALI imports, else threads; logged once
     THREADS = "threads"  # per-image decoders (decoder=) on CPU threads, a ring of batch buffers
+    PROCESSES = "processes"  # the same decoders in worker processes writing into shared batch buffers
     DALI = "dali"        # one NVIDIA DALI pipeline: nvJPEG on a GPU, CPU operators without one
     GPU = "gpu"          # nvImageCodec on the GPU: nvJPEG / hardware decoder, crop regions
 

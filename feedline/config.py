@@ -157,7 +157,7 @@ class LoaderConfig:
         set_(self, "on_error", OnError.parse(self.on_error, "on_error"))
         if self.engine is Engine.AUTO:
             raise ValueError("LoaderConfig takes a resolved engine (threads, dali or gpu), not 'auto'")
-        if (self.engine is Engine.THREADS) != isinstance(self.decoder, str):
+        if (self.engine in (Engine.THREADS, Engine.PROCESSES)) != isinstance(self.decoder, str):
             raise ValueError(f"engine={self.engine.value!r} with decoder={self.decoder!r}: the thread engine "
                              "names its decoder, dali and gpu have none")
         set_(self, "output", replace(self.output, device=resolve_device(self.output.device)))

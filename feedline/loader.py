@@ -50,16 +50,18 @@ class FeedLoader:
     labels int64 on ``device`` (a store with other fields: that field's tensor or a dict; README "Targets").
 
     ``source``: a packed .lmdb/.h5 file, shards (a local or s3:// index), an image folder, or a Store.
-    ``engine``: "threads" (per-image decoders on CPU threads), "dali", "gpu" (nvImageCodec
-    on the GPU) or "auto" (dali on CUDA when DALI is installed, else threads). ``decoder``:
-    the thread engine's codec, a registered name ("auto", "nvimgcodec", "turbojpeg",
-    "simplejpeg", "opencv", "pil", or yours: feedline.decoders.register_decoder) or a Decoder.
+    ``engine``: "threads" (per-image decoders on CPU threads), "processes" (the same in worker
+    processes), "dali", "gpu" (nvImageCodec on the GPU) or "auto" (dali on CUDA when DALI is
+    installed, else threads). ``decoder``: the thread engine's codec, a registered name ("auto",
+    "nvimgcodec", "turbojpeg", "simplejpeg", "opencv", "pil", or yours:
+    feedline.decoders.register_decoder) or a Decoder.
     ``augment=AugmentSpec(...)`` (the crop and flip; or its loose ``size`` and ``train``),
     ``output=OutputSpec(...)`` (or its loose ``mean``, ``std``, ``dtype``), ``transforms``
     (a list, or ``TransformSpec(...)`` with ``batch_transforms``), ``order`` ("sequential",
     "random", "quasi-random", "shards", or ``OrderSpec(...)`` with the rank's share): each group one
     way. ``order`` decides the order when given; ``shuffle`` may then be left out or must
-    agree with it. ``num_workers``: the decode threads ("auto": one per usable core).
+    agree with it. ``num_workers``: the decode threads or worker processes ("auto": one per
+    usable core).
     Order, crops and flips are pure functions of (seed, epoch, index): the same batches for
     any thread count or engine; ``state_dict()`` resumes mid-epoch exactly. One iteration
     runs at a time: a new ``iter(loader)`` ends the previous one, which then raises. See the

@@ -61,7 +61,7 @@ def resolve_engine_and_decoder(engine="auto", decoder="auto", device: str = "cpu
     device = str(device)
     if engine is Engine.AUTO:
         engine = _auto_engine(decoder, device, log_level)
-    if engine is Engine.THREADS:
+    if engine in (Engine.THREADS, Engine.PROCESSES):   # the same per-image decoder, on threads or in workers
         return Selection(engine, thread_decoder(decoder, store, strict, log_level))
     if engine is Engine.GPU and not device.startswith("cuda"):
         raise BackendUnavailable("engine='gpu' decodes on a CUDA device; pass device='cuda' "

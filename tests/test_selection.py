@@ -130,7 +130,7 @@ def test_an_engine_with_its_own_decoding_takes_no_decoder():
         resolve_engine_and_decoder("dali", "opencv", "cpu")
     with pytest.raises(BackendUnavailable, match="engine='gpu' decodes on a CUDA device"):
         resolve_engine_and_decoder("gpu", "auto", "cpu")
-    with pytest.raises(ValueError, match="engine must be one of 'auto', 'threads', 'dali', 'gpu', got 'cpu'"):
+    with pytest.raises(ValueError, match="engine must be one of 'auto', 'threads', 'processes', 'dali', 'gpu', got 'cpu'"):
         resolve_engine_and_decoder("cpu", "auto", "cpu")
 
 

@@ -127,7 +127,7 @@ def test_engine_and_decoder_are_checked_by_name(tmp_path):
         TrainConfig(train=str(tmp_path), decoder="libjpeg")
     with pytest.raises(TrainError, match="engine='gpu' decodes in its own pipeline, so decoder='pil' has no effect"):
         TrainConfig(train=str(tmp_path), engine="gpu", decoder="pil")
-    with pytest.raises(TrainError, match="--engine must be one of 'auto', 'threads', 'dali', 'gpu'"):
+    with pytest.raises(TrainError, match="--engine must be one of 'auto', 'threads', 'processes', 'dali', 'gpu'"):
         TrainConfig(train=str(tmp_path), engine="cpu")
 
 

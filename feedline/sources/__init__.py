@@ -9,6 +9,8 @@ data: the same (seed, epoch, index) gives the same crop, flip and label from eac
 bad record is reported in the same ledger with the same substitute.
 
 - ThreadBatches (threads.py): per-image CPU decoders on threads filling a ring of Slots.
+- ProcessBatches (processes.py): the same decoders in worker processes, each with its own
+  GIL, filling a ring of Slots in shared memory (plans in, slot numbers out).
 - DaliBatches (dali.py): one NVIDIA DALI pipeline (nvJPEG on a GPU, CPU operators without).
 - GpuDecodeBatches (gpu_decode.py): nvImageCodec decoding the crops on the GPU.
 """
@@ -51,6 +53,9 @@ def engine_type(engine: Engine) -> type:
     if engine is Engine.GPU:
         from .gpu_decode import GpuDecodeBatches
         return GpuDecodeBatches
+    if engine is Engine.PROCESSES:
+        from .processes import ProcessBatches
+        return ProcessBatches
     from .threads import ThreadBatches
     return ThreadBatches
 
@@ -73,9 +78,18 @@ def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> 
         from .gpu_region import crop_streams
         finisher = CudaFinisher(output, t, targets, Filled(normalized=False, samples_applied=False))
         return GpuDecodeBatches(store, config, EngineParts(t, targets, bad, finisher), crop_streams(store, output))
-    from .threads import ThreadBatches
     if decoder is None:
         raise ValueError("the thread engine needs its Decoder (feedline.selection.resolve_engine_and_decoder)")
+    if config.engine is Engine.PROCESSES:
+        from .processes import ProcessBatches, writes_normalized
+        if output.on_cuda:
+            from .cuda_finisher import CudaFinisher
+            finisher = CudaFinisher(output, t, targets, Filled(normalized=False, samples_applied=True))
+        else:
+            finisher = HostFinisher(output, t, targets, Filled(normalized=writes_normalized(output),
+                                                               samples_applied=True))
+        return ProcessBatches(store, config, decoder, EngineParts(t, targets, bad, finisher))
+    from .threads import ThreadBatches
     if output.on_cuda:
         from .cuda_finisher import CudaFinisher
         finisher = CudaFinisher(output, t, targets, Filled(normalized=False, samples_applied=True))

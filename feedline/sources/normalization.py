@@ -30,6 +30,13 @@ def pixel_mean_std(output: OutputSpec) -> tuple[np.ndarray, np.ndarray] | None:
     return 255.0 * np.asarray(output.mean, dtype=np.float64), 255.0 * np.asarray(output.std, dtype=np.float64)
 
 
+def normalize_table(mean, std) -> np.ndarray:
+    """uint8 level -> (level / 255 - mean) / std per channel: float32 1 x 256 x 3, as cv2.LUT takes it."""
+    levels = np.arange(256, dtype=np.float64)[:, None] / 255.0
+    table = (levels - np.array(mean)) / np.array(std)
+    return table.astype(np.float32).reshape(1, 256, 3)
+
+
 class _Converted(threading.local):
     """Each decode thread's float32 sample, while it is written into a row of another layout."""
 
@@ -42,11 +49,8 @@ class HostNormalizer:
 
     def __init__(self, output: OutputSpec):
         self.dtype = output.dtype
-        self._table = None  # uint8 level -> normalized float32, per channel, as cv2.LUT takes it
-        if output.mean is not None:
-            levels = np.arange(256, dtype=np.float64)[:, None] / 255.0
-            table = (levels - np.array(output.mean)) / np.array(output.std)
-            self._table = table.astype(np.float32).reshape(1, 256, 3)
+        # uint8 level -> normalized float32, per channel, as cv2.LUT takes it
+        self._table = normalize_table(output.mean, output.std) if output.mean is not None else None
         # Written straight into the row when its memory is H x W x C in a dtype cv2 writes.
         self._direct = output.channels_last and self.dtype in (torch.float32, torch.uint8)
         self._scratch = _Converted()

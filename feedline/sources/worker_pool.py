@@ -1,0 +1,215 @@
+"""The worker processes of one loader: started once, with the loader, and stopped and joined
+by ``close()`` (or at exit); nothing is started per epoch.
+
+Each worker has one socket to the consumer: chunks of plans and arena descriptors go in,
+a small ChunkDone comes back per chunk. The consumer waits on the sockets and on the
+workers' sentinels together, so a worker that dies (SIGKILL, the OOM killer) is an error
+within moments, naming the worker and the record it held (each worker writes the record
+it is on into a shared int64 array), never a hang. A worker started by fork must not
+inherit an initialized CUDA context: a parent that has initialized CUDA starts its
+workers with spawn instead (their setup is then pickled).
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import pickle
+import signal
+import sys
+from multiprocessing.connection import wait
+
+import numpy as np
+
+from ..errors import FeedlineError
+from .shared_rows import Arena, RowFormat, SharedFd
+from .shutdown import close_at_exit
+from .worker_process import IDLE, ChunkDone, WorkerSetup, serve
+
+log = logging.getLogger(__name__)
+JOIN_S = 5.0
+
+
+class WorkerError(FeedlineError):
+    """A worker process died: its number, pid, how it ended and the record it held."""
+
+
+def start_method() -> str:
+    """fork (fast, nothing pickled) unless CUDA is initialized here: then spawn."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "spawn"
+    return "fork"
+
+
+def pickles(value) -> bool:
+    try:
+        pickle.dumps(value)
+    except Exception:
+        return False
+    return True
+
+
+def portable(setup: WorkerSetup, decoder_name: str | None) -> WorkerSetup:
+    """``setup`` for a spawned worker: a Store or Decoder that does not pickle goes by name
+    (the store's file, the decoder's registered name) and the worker opens and builds it."""
+    from dataclasses import replace
+    store, decoder = setup.store, setup.decoder
+    if not pickles(store):
+        store = str(store.filename)
+    if not pickles(decoder):
+        if decoder_name is None:
+            raise TypeError(f"the decoder {decoder!r} does not pickle, so spawned workers (CUDA is initialized "
+                            "in this process) cannot have it: pass a registered decoder name, or make the "
+                            "loader before initializing CUDA")
+        decoder = decoder_name
+    return replace(setup, store=store, decoder=decoder)
+
+
+class WorkerPool:
+    """``count`` worker processes serving ``setup``. Not thread-safe: one consumer drives it."""
+
+    def __init__(self, setup: WorkerSetup, count: int, decoder_name: str | None = None):
+        """``decoder_name``: what a spawned worker builds when the Decoder does not pickle."""
+        method = start_method()
+        self.setup, self.count = setup, count
+        if method != "fork":
+            setup = portable(setup, decoder_name)
+        self._control = Arena(8 * (count + 1), "feedline-control")
+        self.control = np.frombuffer(self._control.memory, dtype=np.int64)
+        self.control[0], self.control[1:] = 0, IDLE
+        self.error: WorkerError | None = None
+        self._closed = False
+        context = multiprocessing.get_context(method)
+        self.conns, self.procs, inherited = [], [], []
+        try:
+            for k in range(count):
+                here, there = context.Pipe(duplex=True)
+                proc = context.Process(target=serve, name=f"feedline-worker-{k}", daemon=True,
+                                       args=(k, there, setup, SharedFd(self._control.fd), count,
+                                             tuple(inherited) if method == "fork" else ()))
+                proc.start()
+                there.close()
+                self.conns.append(here)
+                self.procs.append(proc)
+                inherited.append(here.fileno())
+        except BaseException:
+            self.close()
+            raise
+        self._control.release_fd()
+        close_at_exit(self)
+
+    @property
+    def running(self) -> bool:
+        """Whether the workers are there to be driven (not closed, none dead)."""
+        return self.error is None and not self._closed
+
+    @property
+    def generation(self) -> int:
+        return int(self.control[0])
+
+    def new_generation(self) -> int:
+        """A new run: chunks of the runs before it are skipped by the workers."""
+        self.control[0] += 1
+        return int(self.control[0])
+
+    def give_arena(self, number: int, fmt: RowFormat, arena: Arena) -> None:
+        """Every worker maps ``arena`` as arena ``number``; the descriptor is closed here after."""
+        from multiprocessing.reduction import send_handle
+        self._check()
+        try:
+            for conn, proc in zip(self.conns, self.procs):
+                conn.send(("arena", number, fmt))
+                send_handle(conn, arena.fd, proc.pid)
+        except OSError:
+            self._check_dead()
+            raise
+        finally:
+            arena.release_fd()
+
+    def drop_arena(self, number: int) -> None:
+        if self.error is None and not self._closed:
+            for conn in self.conns:
+                try:
+                    conn.send(("drop", number))
+                except OSError:
+                    pass   # a dead worker is reported where the consumer waits on it
+
+    def send(self, k: int, message) -> None:
+        self._check()
+        try:
+            self.conns[k].send(message)
+        except OSError:
+            self._check_dead()
+            raise
+
+    def results(self, timeout: float | None) -> list[tuple[int, ChunkDone]]:
+        """The answers that arrived within ``timeout`` (None: wait for at least one). Raises a
+        WorkerError when a worker died."""
+        self._check()
+        index = {c: k for k, c in enumerate(self.conns)}
+        sentinels = {p.sentinel: k for k, p in enumerate(self.procs)}
+        ready = wait([*self.conns, *sentinels], timeout)
+        answers = []
+        for r in ready:
+            if r in index:
+                try:
+                    answers.append((index[r], pickle.loads(r.recv_bytes())))
+                except (EOFError, OSError):
+                    self._died(index[r])
+        for r in ready:
+            if r in sentinels and not answers:
+                self._died(sentinels[r])
+        return answers
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise self.error
+        if self._closed:
+            raise RuntimeError("the loader's workers were stopped: the loader was closed")
+
+    def _check_dead(self) -> None:
+        for k, proc in enumerate(self.procs):
+            if not proc.is_alive():
+                self._died(k)
+
+    def _died(self, k: int):
+        proc = self.procs[k]
+        proc.join(0.5)
+        code = proc.exitcode
+        how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
+               else f"exited with code {code}")
+        held = int(self.control[1 + k])
+        store = self.setup.store
+        record = (f"while it held record {held} ({store.path(held)}) of {store.filename}" if held != IDLE
+                  else "between records")
+        hint = " (SIGKILL is what the OOM killer sends: lower num_workers or batch_size)" if code == -9 else ""
+        self.error = WorkerError(f"feedline worker {k} (pid {proc.pid}) {how} {record}{hint}. The loader "
+                                 "cannot go on: make a new FeedLoader")
+        self.close(kill=True)   # the batches in flight are lost anyway: no waiting on the others
+        raise self.error
+
+    def close(self, kill: bool = False) -> None:
+        """Stop every worker and join it (killed after JOIN_S if it does not stop; at once with ``kill``)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.control[0] += 1
+        for conn in self.conns:
+            try:
+                conn.send(("stop",))
+            except OSError:
+                pass
+        for proc in self.procs:
+            if kill and proc.is_alive():
+                proc.kill()
+            proc.join(JOIN_S)
+            if proc.is_alive():
+                log.warning("feedline worker %s did not stop within %.0f s: killed", proc.name, JOIN_S)
+                proc.kill()
+                proc.join()
+        for conn in self.conns:
+            conn.close()
+        for proc in self.procs:
+            proc.close()
+        self.procs = []
+        self.conns = []
