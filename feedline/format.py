@@ -2,15 +2,9 @@
 
 A record is the encoded image, its targets, its (height, width), its source path
 relative to the packed folder and the checksum of its bytes. Per-record metadata lives
-in columns shared by both formats; the data-set metadata is one JSON object. No pickle
-anywhere: a data file from elsewhere cannot run code. This module is the one definition
-the writers (``converters``) and the readers (``feedline.stores``) share; ``feedline info``
-shows a store's version and metadata.
-
-The metadata (``make_meta``): ``format`` ("feedline"), ``format_version``, ``checksum``
-("xxh3_64"), ``count``, ``classes`` (class names; class i is ``classes[i]``),
-``pack_options``, ``source``, ``created``, ``feedline_version``, and when present
-``fields`` (version 3), ``class_lists`` (version 4) and ``shard`` (one shard of a set, below).
+in columns shared by both formats; the data-set metadata is one JSON object (format,
+format_version, checksum, count, classes, pack_options, source, created, feedline_version;
+fields, class_lists, shard when present: ``make_meta``). No pickle anywhere.
 
 Versions: 2 adds the ``checksums`` column (xxh3_64 of each record's bytes, computed
 at pack time, checked by ``Store.read_checked``). Version-1 files still open, without
@@ -20,8 +14,7 @@ has its columns. 4 gives each field with classes its own class list and numberin
 metadata's ``"class_lists"`` maps each such field to its list (``"classes"`` repeats the
 label's list, or else the first field's, for tools that read one list). In versions 1 to 3
 every field shares ``"classes"``, and is read so. A store with the label alone is written as
-version 2, which older feedlines read too. A reader refuses a version it does not know,
-naming both.
+version 2, which older feedlines read too. A reader refuses an unknown version, naming both.
 
 LMDB (one file, ``subdir=False``)::
 
