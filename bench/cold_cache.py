@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, help="interleaved rounds (default 2)")
     p.add_argument("--size", type=int, help="crop size of the decode rows (default 224; read rows: 16)")
     p.add_argument("--quick", action="store_true", help=f"a tiny run for tests: {QUICK}")
-    p.add_argument("--cache-dir", help="where the data is kept (default ~/.cache/feedline)")
+    p.add_argument("--cache-dir", help="where the data is kept (default .cache/ in the repository)")
     output_arguments(p, "cold_cache")
     args = p.parse_args(argv)
     check_output_flags(p, args)

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, help="epochs per run (default 2, as the demo)")
     p.add_argument("--windows", default="2,8,16", help="small windows, in 16-record blocks (default 2,8,16)")
     p.add_argument("--quick", action="store_true", help=f"a tiny run for tests: {QUICK}")
-    p.add_argument("--cache-dir", help="where the demo data is kept (default ~/.cache/feedline)")
+    p.add_argument("--cache-dir", help="where the demo data is kept (default .cache/ in the repository)")
     output_arguments(p, "order_quality")
     args = p.parse_args(argv)
     check_output_flags(p, args)

@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, help="timed rounds, interleaved (default 5)")
     p.add_argument("--jobs", type=int, help="pack threads (default: pack's own, one per core)")
     p.add_argument("--quick", action="store_true", help=f"a tiny run for tests: {QUICK}")
-    p.add_argument("--cache-dir", help="where the generated images are kept (default ~/.cache/feedline)")
+    p.add_argument("--cache-dir", help="where the generated images are kept (default .cache/ in the repository)")
     output_arguments(p, "pack")
     args = p.parse_args(argv)
     check_output_flags(p, args)
