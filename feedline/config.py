@@ -39,13 +39,17 @@ class OutputSpec:
     mean: tuple[float, float, float] | None = IMAGENET_MEAN  # on the 0..1 scale, as torchvision
     std: tuple[float, float, float] | None = IMAGENET_STD
     dtype: torch.dtype | None = None  # float32 when None (uint8 when mean is None)
-    channels_last: bool = True
+    # None: channels_last on CUDA (what convolutions there want), contiguous on the CPU, where
+    # a consumer's ``x.view(n, -1)`` must work; resolved with the device.
+    channels_last: bool | None = None
     device: str | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the fields once, here
         if self.device is not None:
             set_(self, "device", str(torch.device(self.device)))
+            if self.channels_last is None:
+                set_(self, "channels_last", self.device.startswith("cuda"))
         if self.mean is None:
             if self.dtype not in (None, torch.uint8):
                 raise ValueError("mean=None gives uint8 images; leave dtype unset or pass torch.uint8")
@@ -194,12 +198,26 @@ def choose_order(shuffle: bool | None, order) -> Order:
     return order
 
 
+_warned_workers: set[tuple[int, int]] = set()  # (asked, usable): each said once per process
+
+
 def choose_threads(num_threads, num_workers) -> int:
-    """Decode threads: ``num_threads``, DataLoader's ``num_workers`` when threads are "auto",
-    else one per usable core."""
-    if num_threads == "auto":
-        return max(1, int(num_workers)) if num_workers is not None else usable_cores()
-    return num_threads
+    """Decode threads: ``num_threads``, DataLoader's ``num_workers`` when threads are "auto"
+    (at most one per usable core: more threads than cores only add switching), else one per
+    usable core."""
+    if num_threads != "auto":
+        return num_threads
+    if num_workers is None:
+        return usable_cores()
+    asked, usable = max(1, int(num_workers)), usable_cores()
+    if asked <= usable:
+        return asked
+    if (asked, usable) not in _warned_workers:
+        _warned_workers.add((asked, usable))
+        warnings.warn(f"num_workers={asked} but this process may use {usable} cores (os.sched_getaffinity): "
+                      f"using {usable} decode threads; pass num_threads={asked} to run that many anyway",
+                      stacklevel=3)
+    return usable
 
 
 def choose_pinning(pin_memory) -> bool:

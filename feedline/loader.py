@@ -95,7 +95,9 @@ class FeedLoader:
         check_buffers_fit(self.config.at_largest_size())
         self.source = make_source(self.store, self.config, chosen.decoder)
         self.stats = LoaderStats()
-        self._position, self._started = Position(), False  # _started: an iteration of this epoch has begun
+        # _started: an iteration of this epoch has delivered a batch (an iter() that delivered
+        # nothing, as Lightning's set-up one, does not use the epoch up)
+        self._position, self._started = Position(), False
         self._active = None  # the running iterator, held weakly; ended on close() or a new iteration
 
     # -- DataLoader-like surface -----------------------------------------------------
@@ -117,6 +119,12 @@ class FeedLoader:
     def __len__(self) -> int:
         return batch_count(self.samples_per_rank, self.config.batch_size, self.config.drop_last)
 
+    @property
+    def sampler(self) -> "EpochSetter":
+        """What trainers reach for on a DataLoader to set its epoch: PyTorch Lightning calls
+        ``loader.sampler.set_epoch(epoch)`` at each epoch's start, which sets this loader's."""
+        return EpochSetter(self.set_epoch)
+
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next iteration (its order and crops). Setting the epoch
         that a pending ``load_state_dict`` resumes keeps its position."""
@@ -127,8 +135,7 @@ class FeedLoader:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self._close_active()
         if self._started:  # iterating again without set_epoch: the next epoch
-            self._position = Position(self._position.epoch + 1, 0)
-        self._started = True
+            self._position, self._started = Position(self._position.epoch + 1, 0), False
         c = self.config
         epoch = EpochPlan(c.spec_at(self._position.epoch), c.seed, self._position.epoch, c.order, c.batch_size,
                           c.drop_last, c.rank, c.world_size, c.even_shards, *c.quasi_random)
@@ -150,7 +157,7 @@ class FeedLoader:
                 except StopIteration:
                     break
                 stats.add(wait_s=time.perf_counter() - t0, images=len(images), batches=1)
-                self._position = replace(self._position, batch=self._position.batch + 1)
+                self._position, self._started = replace(self._position, batch=self._position.batch + 1), True
                 yield images, labels
             self._position, self._started = Position(epoch.epoch + 1, 0), False
         finally:
@@ -193,6 +200,13 @@ class FeedLoader:
         decoder = f", decoder={c.decoder!r}" if c.decoder is not None else ""
         return (f"FeedLoader({self.store.filename!r}, batch_size={c.batch_size}, engine={c.engine.value!r}"
                 f"{decoder}, threads={c.num_threads}, device={c.output.device!r}, {len(self)} batches/epoch)")
+
+
+@dataclass(frozen=True)
+class EpochSetter:
+    """``FeedLoader.sampler``: a sampler's ``set_epoch``, the loader's own."""
+
+    set_epoch: object
 
 
 class EpochIterator:

@@ -32,7 +32,7 @@ def test_the_groups_as_objects_equal_the_same_groups_as_keywords(packed_lmdb):
 def test_a_group_given_both_ways_is_refused(packed_lmdb):
     with pytest.raises(ValueError, match=r"augment=AugmentSpec\(\.\.\.\) and the keywords scale, size are both "
                                          r"given: pass the augment options one way"):
-        loader(packed_lmdb, augment=AugmentSpec(), size=32, scale=(0.5, 1.0))
+        loader(packed_lmdb, augment=AugmentSpec(train=True), size=32, scale=(0.5, 1.0))
     with pytest.raises(ValueError, match=r"output=OutputSpec\(\.\.\.\) and the keywords dtype are both given"):
         loader(packed_lmdb, output=OutputSpec(), dtype=torch.float16)
     with pytest.raises(TypeError, match="augment= takes a AugmentSpec, got dict"):

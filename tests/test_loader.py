@@ -59,9 +59,25 @@ def test_output_matches_a_pil_reference(source, decoder):
     assert len(got) == len(ref) == len(loader) == 6
     for (x, y), (rx, ry) in zip(got, ref):
         assert x.shape == (8, 3, 64, 64) and x.dtype == torch.float32
-        assert x.is_contiguous(memory_format=torch.channels_last)
+        assert x.is_contiguous()  # on the CPU: plain NCHW unless channels_last=True is asked
         assert y.dtype == torch.int64 and torch.equal(y, ry)
         assert (x - rx).abs().mean() < 0.08, "normalized pixels differ from the PIL reference"
+
+
+def test_defaults_give_the_same_batches_every_pass_in_a_layout_view_takes(packed_lmdb):
+    """Left out, train is False (no random crops: two passes over a validation set agree)
+    and CPU output is plain NCHW (``x.view(n, -1)`` works); channels_last=True still gives
+    channels_last memory."""
+    with FeedLoader(str(packed_lmdb), batch_size=8, size=32, device="cpu", decoder="opencv") as loader:
+        assert loader.config.augment.train is False and loader.config.output.channels_last is False
+        first, second = collect(loader), collect(loader)
+    for (x, y), (x2, y2) in zip(first, second, strict=True):
+        assert torch.equal(x, x2) and torch.equal(y, y2)
+        assert x.view(len(x), -1).shape == (len(x), 3 * 32 * 32)
+    with FeedLoader(str(packed_lmdb), batch_size=8, size=32, device="cpu", decoder="opencv",
+                    channels_last=True) as loader:
+        x, _ = next(iter(loader))
+        assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
 
 
 def test_eval_mode_uint8_and_dtypes(photo_folder):
@@ -69,7 +85,7 @@ def test_eval_mode_uint8_and_dtypes(photo_folder):
                         decoder="turbojpeg", num_threads=1, device="cpu")
     x, y = next(iter(loader))
     assert x.shape == (5, 3, 48, 40) and x.dtype == torch.uint8
-    assert x.is_contiguous(memory_format=torch.channels_last)
+    assert x.is_contiguous()
     ref, _ = next(reference_batches(loader, 0))
     mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
@@ -243,7 +259,8 @@ def test_bad_arguments_are_refused(packed_lmdb):
 
 @pytest.mark.dali
 def test_dali_cpu_pipeline_matches_the_turbojpeg_path(source):
-    kwargs = dict(batch_size=8, shuffle=True, size=48, num_threads=2, device="cpu", seed=2)
+    kwargs = dict(batch_size=8, shuffle=True, train=True, size=48, num_threads=2, device="cpu", seed=2,
+                  channels_last=True)
     with FeedLoader(source, engine="dali", **kwargs) as dali, \
             FeedLoader(source, decoder="turbojpeg", **kwargs) as turbo:
         for epoch in (0, 1):

@@ -92,7 +92,7 @@ def oracle(unique_folder):
 
 
 def loader_for(path, **kw) -> FeedLoader:
-    options = dict(batch_size=6, shuffle=True, size=SIZE, mean=None, num_threads=2, device="cpu", seed=SEED)
+    options = dict(batch_size=6, shuffle=True, train=True, size=SIZE, mean=None, num_threads=2, device="cpu", seed=SEED)
     options.update(kw)
     return FeedLoader(path, **options)
 

@@ -28,7 +28,7 @@ from feedline.stats import LoaderStats
 
 
 def epoch_plan(order=Order.RANDOM) -> EpochPlan:
-    return EpochPlan(AugmentSpec(size=(32, 32)), seed=0, epoch=0, order=order, batch_size=4, drop_last=False)
+    return EpochPlan(AugmentSpec(size=(32, 32), train=True), seed=0, epoch=0, order=order, batch_size=4, drop_last=False)
 
 
 def queue_for(store, epoch, stats=None, threads=2) -> DecodeQueue:
@@ -152,7 +152,7 @@ def test_a_batch_that_cannot_be_allocated_fails_in_order_instead_of_going_missin
     on and the epoch silently skipped that batch (one thread: the consumer waited forever).
     The consumer runs in a thread here so that a hang fails."""
     store = open_dataset(str(packed_lmdb))
-    epoch = EpochPlan(AugmentSpec(size=(32, 32)), seed=0, epoch=0, order=Order.SEQUENTIAL, batch_size=4,
+    epoch = EpochPlan(AugmentSpec(size=(32, 32), train=True), seed=0, epoch=0, order=Order.SEQUENTIAL, batch_size=4,
                       drop_last=False)
     stats = LoaderStats()
     queue = DecodeQueue(store, get_decoder("opencv"), BadRecordPolicy(store, OnError.RAISE, epoch, stats.ledger),

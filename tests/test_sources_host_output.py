@@ -59,7 +59,7 @@ def test_anything_still_sharing_a_batchs_memory_keeps_it_intact(packed_lmdb, hol
 def test_uint8_batches_are_the_decoded_pixels_in_place(packed_lmdb):
     """mean=None: the decoder writes straight into the delivered batch (channels_last uint8),
     and the pixels equal the normalized batch's, undone."""
-    common = dict(KW, shuffle=False)
+    common = dict(KW, shuffle=False, channels_last=True)   # the in-place path: rows are H x W x C
     with FeedLoader(str(packed_lmdb), mean=None, std=None, **common) as raw, \
             FeedLoader(str(packed_lmdb), mean=(0, 0, 0), std=(1, 1, 1), **common) as scaled:
         for (x, y), (f, fy) in zip(raw, scaled, strict=True):

@@ -136,7 +136,7 @@ def test_adding_a_transform_moves_neither_the_crop_nor_another_transforms_parame
         assert np.array_equal(alone[key], with_more[key])
     twice = SampleTransforms([RandAugment(), RandAugment()]).draw(1, 0, INDICES[:500])
     assert (twice[0]["op"] != twice[1]["op"]).mean() > 0.8  # a second copy draws afresh
-    spec = AugmentSpec(size=64)
+    spec = AugmentSpec(size=64, train=True)
     h, w = np.full(500, 300), np.full(500, 400)
     boxes, flips = plan(spec, 1, 0, INDICES[:500], h, w)
     streams = SampleTransforms([RandAugment(), ColorJitter(0.4)]).streams
