@@ -85,6 +85,7 @@ def test_decoder_bench_quick(tiny_folder, tmp_path):
     assert out.with_suffix(".png").stat().st_size > 0
 
 
+@pytest.mark.dali   # its rows include the DALI engine
 def test_loader_bench_quick(tiny_folder, tmp_path):
     out = tmp_path / "loaders.json"
     stdout = run_script("loaders", str(tiny_folder), "--quick", "--batch-size", "4", "--device", "cpu",

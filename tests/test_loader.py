@@ -80,6 +80,7 @@ def test_defaults_give_the_same_batches_every_pass_in_a_layout_view_takes(packed
         assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
 
 
+@pytest.mark.turbojpeg
 def test_eval_mode_uint8_and_dtypes(photo_folder):
     loader = FeedLoader(str(photo_folder), batch_size=5, train=False, size=(48, 40), mean=None,
                         decoder="turbojpeg", num_threads=1, device="cpu")
@@ -98,6 +99,7 @@ def test_eval_mode_uint8_and_dtypes(photo_folder):
     bf.close()
 
 
+@pytest.mark.turbojpeg
 def test_same_batches_for_any_thread_count_and_run(packed_lmdb):
     runs = []
     for threads in (1, 2, 4, 2):
@@ -174,6 +176,7 @@ def folder_with_a_bad_jpeg(photo_folder, tmp_path):
     return root
 
 
+@pytest.mark.turbojpeg
 def test_decode_error_reaches_the_consumer_with_index_and_path(folder_with_a_bad_jpeg):
     loader = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_threads=2, device="cpu",
                         decoder="turbojpeg")
@@ -258,6 +261,7 @@ def test_bad_arguments_are_refused(packed_lmdb):
 
 
 @pytest.mark.dali
+@pytest.mark.turbojpeg
 def test_dali_cpu_pipeline_matches_the_turbojpeg_path(source):
     kwargs = dict(batch_size=8, shuffle=True, train=True, size=48, num_threads=2, device="cpu", seed=2,
                   channels_last=True)
@@ -275,6 +279,7 @@ def test_dali_cpu_pipeline_matches_the_turbojpeg_path(source):
                 assert (x - tx).abs().mean() < 0.08
 
 
+@pytest.mark.turbojpeg
 def test_a_decoder_instance_is_used_as_given(packed_lmdb):
     from feedline.decoders import get_decoder
     fast = get_decoder("turbojpeg", fast_dct=True, fast_upsample=True)

@@ -61,6 +61,7 @@ def check_stored_form(record: Record) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(set(imgs.GOOD_BUILDERS) - {"twelve.jpg"}))
+@pytest.mark.turbojpeg
 def test_each_kind_decodes_to_expected_pixels(good, name):
     folder, expected = good
     record = normalize_file(folder, name, OPTIONS)
@@ -84,6 +85,7 @@ def test_gray_stays_gray(good):
         assert parse_jpeg(normalize_file(folder, name, OPTIONS).data).components == 1, name
 
 
+@pytest.mark.turbojpeg
 def test_converted_colour_is_baseline_420(good):
     from turbojpeg import TJSAMP_420, TurboJPEG
     folder, _ = good
@@ -92,6 +94,7 @@ def test_converted_colour_is_baseline_420(good):
     assert TurboJPEG().decode_header(record.data)[2] == TJSAMP_420
 
 
+@pytest.mark.turbojpeg
 def test_orientation_applied(good):
     folder, expected = good
     record = normalize_file(folder, "rotated.jpg", OPTIONS)
@@ -113,6 +116,7 @@ def test_twelve_bit_is_converted_or_unsupported(good):
         assert mean_abs_diff(decode_all(outcome.data, True)["pillow"], expected["twelve.jpg"]) < 4
 
 
+@pytest.mark.turbojpeg
 def test_max_side_shrinks_and_reencodes(good):
     folder, expected = good
     options = PackOptions(max_side=32, quality=90)
