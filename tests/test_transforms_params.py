@@ -39,6 +39,20 @@ def test_randaugment_picks_ops_uniformly_with_fair_signs():
     assert abs(np.corrcoef(p["op"][:, 0], p["op"][:, 1])[0, 1]) < 0.03  # slots independent
 
 
+@pytest.mark.parametrize("op", [RandAugment(num_ops=2, magnitude=9), TrivialAugmentWide()], ids=["rand", "trivial"])
+def test_each_signed_op_is_negated_half_the_time(op):
+    """The sign has its own draw: every signed op, in every slot, comes out negative about
+    half the time (a sign read from the op's own column makes each op always one sign while
+    the overall share stays 0.5)."""
+    p = op.draw(7, 0, INDICES)
+    for k in range(p["op"].shape[1]):
+        for code, name in enumerate(OPS):
+            if name not in SIGNED:
+                continue
+            negative = p["negative"][p["op"][:, k] == code, k]
+            assert len(negative) > 500 and abs(negative.mean() - 0.5) < 0.08, (name, k, negative.mean())
+
+
 def test_trivial_augment_picks_ops_and_bins_uniformly():
     p = TrivialAugmentWide().draw(7, 0, INDICES)
     assert chi_square(np.bincount(p["op"][:, 0], minlength=14)) < CHI2_999[13]
@@ -68,6 +82,17 @@ def test_color_jitter_factors_are_uniform_in_range_and_orders_uniform():
     perms = {perm: i for i, perm in enumerate(permutations(range(4)))}
     counts = np.bincount([perms[tuple(o)] for o in p["order"]], minlength=24)
     assert chi_square(counts) < CHI2_999[23]
+
+
+@pytest.mark.parametrize("column,name", [(0, "brightness"), (1, "contrast"), (2, "saturation")])
+def test_color_jitter_factors_above_one_span_zero_to_one_plus_the_value(column, name):
+    """torchvision: a number v means [max(1 - v, 0), 1 + v], so ColorJitter(1.5) draws its
+    brightness from (0, 2.5), not a range cut at 1 or at 2."""
+    op = ColorJitter(**{name: 1.5})
+    assert getattr(op, name) == (0.0, 2.5)
+    values = op.draw(3, 0, INDICES)["factors"][:, column]
+    assert 0 <= values.min() < 0.01 and 2.49 < values.max() <= 2.5
+    assert abs(values.mean() - 1.25) < 0.03
 
 
 def test_probabilities_and_sigma_follow_their_arguments():
