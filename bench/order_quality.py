@@ -85,7 +85,7 @@ def shuffled_pack(cache_dir, train_folder: Path) -> str:
 def trainer_run(train: str, val: str, order: str, seed: int, epochs: int, out: Path) -> dict:
     cmd = [sys.executable, "-m", "feedline", "train", train, "--val", val, "--arch", "tiny", "--size", str(SIZE),
            "--epochs", str(epochs), "--batch-size", str(BATCH), "--synthetic-steps", "0", "--order", order,
-           "--seed", str(seed), "--out", str(out), "--log-every", "1000", "--no-progress"]
+           "--seed", str(seed), "--out", str(out), "--overwrite", "--log-every", "1000", "--no-progress"]
     subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True)
     with open(out / "metrics.jsonl", encoding="utf-8") as fh:
         final = [json.loads(line) for line in fh if '"summary"' in line][-1]["final"]
