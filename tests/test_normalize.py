@@ -158,6 +158,27 @@ def test_pixel_limit_applies_to_jpegs_too(good):
     assert "64x48" in outcome.detail
 
 
+def test_a_huge_jpeg_is_refused_saying_which_flag_shrinks_it(tmp_path):
+    (tmp_path / "huge.jpg").write_bytes(imgs.flat_gray_jpeg(20000, 20000))
+    outcome = normalize_file(str(tmp_path), "huge.jpg", PackOptions())
+    assert isinstance(outcome, Skip) and outcome.reason.value == "too-large"
+    assert "20000x20000 = 400000000 pixels > --max-pixels 100000000; pass --max-side" in outcome.detail
+    tiny = normalize_file(str(tmp_path), "huge.jpg", PackOptions(max_side=2048, max_pixels=1_000_000))
+    assert isinstance(tiny, Skip) and "even decoded at 1/8 scale" in tiny.detail   # 2500 x 2500 > 1e6
+
+
+@pytest.mark.parametrize("max_pixels", [None, 400_000_000])
+def test_max_side_shrinks_a_huge_jpeg_through_a_dct_scaled_decode(tmp_path, max_pixels):
+    """--max-side decides: a 20000 x 20000 JPEG (over the default --max-pixels, and over
+    Pillow's own limit) is decoded at 1/8 scale, never at full size, and stored at 2048."""
+    (tmp_path / "huge.jpg").write_bytes(imgs.flat_gray_jpeg(20000, 20000))
+    options = PackOptions(max_side=2048, **({} if max_pixels is None else {"max_pixels": max_pixels}))
+    record = normalize_file(str(tmp_path), "huge.jpg", options)
+    assert isinstance(record, Record) and (record.height, record.width) == (2048, 2048)
+    pixels = np.asarray(Image.open(io.BytesIO(record.data)))
+    assert pixels.shape == (2048, 2048) and abs(float(pixels.mean()) - 128) < 1
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")
 def test_permission_denied_is_unreadable(tmp_path):
     path = tmp_path / "locked.jpg"
