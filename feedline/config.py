@@ -3,7 +3,6 @@ the consumer receives (OutputSpec), and how FeedLoader's keywords become them.""
 from __future__ import annotations
 
 import operator
-import os
 import warnings
 from dataclasses import dataclass, replace
 
@@ -12,6 +11,7 @@ import torch
 from .augment import AugmentSpec
 from .choices import Engine, OnError, Order
 from .errors import BackendUnavailable
+from .cores import choose_threads, usable_cores  # noqa: F401 (FeedLoader's, and bench's)
 from .size_schedule import SizeSchedule
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -172,13 +172,6 @@ def ring_slots(config: LoaderConfig) -> int:
     return config.prefetch + 2
 
 
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -196,28 +189,6 @@ def choose_order(shuffle: bool | None, order) -> Order:
                          f"(and {order.value!r} {'shuffles' if shuffles else 'does not shuffle'}); leave "
                          f"shuffle unset or pass shuffle={shuffles}")
     return order
-
-
-_warned_workers: set[tuple[int, int]] = set()  # (asked, usable): each said once per process
-
-
-def choose_threads(num_threads, num_workers) -> int:
-    """Decode threads: ``num_threads``, DataLoader's ``num_workers`` when threads are "auto"
-    (at most one per usable core: more threads than cores only add switching), else one per
-    usable core."""
-    if num_threads != "auto":
-        return num_threads
-    if num_workers is None:
-        return usable_cores()
-    asked, usable = max(1, int(num_workers)), usable_cores()
-    if asked <= usable:
-        return asked
-    if (asked, usable) not in _warned_workers:
-        _warned_workers.add((asked, usable))
-        warnings.warn(f"num_workers={asked} but this process may use {usable} cores (os.sched_getaffinity): "
-                      f"using {usable} decode threads; pass num_threads={asked} to run that many anyway",
-                      stacklevel=3)
-    return usable
 
 
 def choose_pinning(pin_memory) -> bool:

@@ -95,10 +95,9 @@ class FeedLoader:
         check_buffers_fit(self.config.at_largest_size())
         self.source = make_source(self.store, self.config, chosen.decoder)
         self.stats = LoaderStats()
-        # _started: an iteration of this epoch has delivered a batch (an iter() that delivered
-        # nothing, as Lightning's set-up one, does not use the epoch up)
-        self._position, self._started = Position(), False
+        self._position, self._started = Position(), False  # _started: this epoch delivered a batch
         self._active = None  # the running iterator, held weakly; ended on close() or a new iteration
+        self.sampler = EpochSetter(self.set_epoch)  # Lightning calls loader.sampler.set_epoch(epoch)
 
     # -- DataLoader-like surface -----------------------------------------------------
     @property
@@ -119,12 +118,6 @@ class FeedLoader:
     def __len__(self) -> int:
         return batch_count(self.samples_per_rank, self.config.batch_size, self.config.drop_last)
 
-    @property
-    def sampler(self) -> "EpochSetter":
-        """What trainers reach for on a DataLoader to set its epoch: PyTorch Lightning calls
-        ``loader.sampler.set_epoch(epoch)`` at each epoch's start, which sets this loader's."""
-        return EpochSetter(self.set_epoch)
-
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next iteration (its order and crops). Setting the epoch
         that a pending ``load_state_dict`` resumes keeps its position."""
@@ -134,7 +127,7 @@ class FeedLoader:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self._close_active()
-        if self._started:  # iterating again without set_epoch: the next epoch
+        if self._started:  # again without set_epoch, after a batch (not Lightning's set-up iter()): next epoch
             self._position, self._started = Position(self._position.epoch + 1, 0), False
         c = self.config
         epoch = EpochPlan(c.spec_at(self._position.epoch), c.seed, self._position.epoch, c.order, c.batch_size,

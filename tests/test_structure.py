@@ -86,7 +86,8 @@ def test_no_import_circles():
 LAYERS = [
     ("definitions", ["feedline.errors", "feedline.choices", "feedline.format", "feedline.durable",
                      "feedline.augment", "feedline.order", "feedline.plan", "feedline.ledger",
-                     "feedline.stats", "feedline.config", "feedline.memory", "feedline.scan", "feedline.labels_csv",
+                     "feedline.stats", "feedline.config", "feedline.cores", "feedline.memory", "feedline.scan",
+                     "feedline.labels_csv",
                      "feedline.labels_jsonl", "feedline.labels_file", "feedline.targets", "feedline.boxes",
                      "feedline.target_stats", "feedline.fields",
                      "feedline.sample", "feedline.flags", "feedline.unwritable", "feedline.size_schedule"]),

@@ -41,8 +41,7 @@ class Trainer:
         self.data: Data = open_data(cfg, info)
         self.task = task_of(self.data)   # what it learns, from the store's fields
         self.resume_state = checkpoint.load(cfg.resume_path) if cfg.resume_path else None
-        if self.resume_state is None and not cfg.overwrite:
-            refuse_a_run_in_the_way(cfg.out)
+        refuse_a_run_in_the_way(cfg.out, self.resume_state is not None or cfg.overwrite)
         self.reporter = Reporter(cfg.out, info.is_main, info.world_size, cfg.progress,
                                  append=self.resume_state is not None)
         self.train_loader = self.val_loader = None
@@ -149,21 +148,19 @@ class Trainer:
                 self._save(raw, runner, loader.state_dict())
                 self.result.stopped_early = True
                 break
-            self._end_epoch(raw, runner, er)
+            self._end_epoch(raw, runner, er, size)
             if er.stopped:
                 self.result.stopped_early = progress.epoch < cfg.epochs
                 break
         return timed_images / timed_s if timed_s > 0 else None
 
-    def _end_epoch(self, raw: nn.Module, runner: StepRunner, er: EpochResult) -> None:
+    def _end_epoch(self, raw: nn.Module, runner: StepRunner, er: EpochResult, size: tuple[int, int]) -> None:
         progress, info = self.progress, self.info
         bad = self.train_loader.stats.bad_records
         loss_sum, samples, bad_total = distributed.sum_over_ranks(
             [progress.loss_sum, progress.samples, len(bad)], info)
-        # Epochs count from 1 in the log and in metrics.jsonl alike (the checkpoint's progress
-        # counts the epochs done); the size is this epoch's training crop (a size schedule's).
-        record = {"epoch": progress.epoch + 1, "step": progress.step,
-                  "size": list(self.train_loader.config.spec_at(progress.epoch).size),
+        # Epochs from 1 in the log and metrics.jsonl alike; size: this epoch's crop (a schedule's).
+        record = {"epoch": progress.epoch + 1, "step": progress.step, "size": list(size),
                   "train_loss": loss_sum / max(samples, 1),
                   "images_per_s": er.images * info.world_size / max(er.elapsed_s, 1e-9),
                   "data_wait": er.wait_s / max(er.elapsed_s, 1e-9), "epoch_s": er.elapsed_s,
@@ -183,11 +180,11 @@ class Trainer:
         self.result.checkpoint = self.cfg.checkpoint_path
 
 
-def refuse_a_run_in_the_way(out: str) -> None:
+def refuse_a_run_in_the_way(out: str, allowed: bool) -> None:
     """A TrainError when ``out`` holds a run (a checkpoint or a metrics log) that a fresh
-    start would overwrite: its results are kept unless --overwrite or --resume says otherwise."""
+    start would overwrite, unless ``allowed`` (--resume or --overwrite)."""
     held = [name for name in ("checkpoint.pt", "metrics.jsonl") if os.path.exists(os.path.join(out, name))]
-    if held:
+    if held and not allowed:
         raise TrainError(f"--out {out} already holds a run ({', '.join(held)}): pass --resume to continue it, "
                          "--overwrite to start afresh there, or another --out")
 
