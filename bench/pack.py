@@ -9,7 +9,11 @@ round (round 0 is a warm-up and not counted), it times:
 - `tar -cf` of the folder, and `tar -cf` + fsync of the archive (pack ends with an
   fsync: a finished data set must be durable before it is renamed into place);
 - `feedline pack SRC OUT` run as a user runs it, a new process from start to exit
-  (Python's start-up and imports included): "CLI, end to end";
+  (Python's start-up and imports included): "CLI, end to end". With Python's default
+  bytecode cache, kept in a temporary folder (PYTHONPYCACHEPREFIX) and filled by the
+  warm-up round: a shell with PYTHONDONTWRITEBYTECODE set (as some development machines
+  have) would compile feedline's modules anew in every run, which an installed feedline
+  (compiled by pip at install time) never does;
 - `converters.pack(...)` called in this process (start-up not counted): "in-process";
 - `feedline pack --help`: the start-up alone, for reference.
 
@@ -59,9 +63,11 @@ def feedline_command() -> list[str]:
     return [sys.executable, "-m", "feedline"]
 
 
-def methods(src: str, work: str, jobs: int | None) -> list[Method]:
+def methods(src: str, work: str, jobs: int | None, pycache: str) -> list[Method]:
     from converters import pack
     cli = feedline_command()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = pycache   # Python's default bytecode cache, outside the tree
     jobs_flag = ["--jobs", str(jobs)] if jobs else []
 
     def tar(fsync: bool) -> Callable[[], None]:
@@ -76,7 +82,7 @@ def methods(src: str, work: str, jobs: int | None) -> list[Method]:
         return run
 
     def command(args: list[str]) -> Callable[[], None]:
-        return lambda: subprocess.run(cli + args, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+        return lambda: subprocess.run(cli + args, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL)
 
     def in_process(out: str) -> Callable[[], None]:
@@ -179,11 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     say(machine_line(machine))
     say(f"{files} JPEGs, {source_bytes / 2**20:.1f} MiB in {src}; CLI: {' '.join(feedline_command())}")
     work = tempfile.mkdtemp(prefix="pack-bench-", dir=cache_root(args.cache_dir))
+    pycache = tempfile.mkdtemp(prefix="pack-bench-pycache-")
     try:
-        chosen = methods(src, work, args.jobs)
+        chosen = methods(src, work, args.jobs, pycache)
         seconds, outputs = measure(chosen, work, repeats)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(pycache, ignore_errors=True)
 
     rows = rows_of(chosen, seconds, outputs, files, source_bytes)
     targets = [target(f"{r['method']} / tar -cf", r["x_tar"], TARGET, at_least=False)
