@@ -41,7 +41,7 @@ class Trainer:
         self.data: Data = open_data(cfg, info)
         self.task = task_of(self.data)   # what it learns, from the store's fields
         self.resume_state = checkpoint.load(cfg.resume_path) if cfg.resume_path else None
-        refuse_a_run_in_the_way(cfg.out, self.resume_state is not None or cfg.overwrite)
+        refuse_a_run_in_the_way(cfg.out, self.resume_state is not None or cfg.overwrite, info)
         self.reporter = Reporter(cfg.out, info.is_main, info.world_size, cfg.progress,
                                  append=self.resume_state is not None)
         self.train_loader = self.val_loader = None
@@ -180,11 +180,13 @@ class Trainer:
         self.result.checkpoint = self.cfg.checkpoint_path
 
 
-def refuse_a_run_in_the_way(out: str, allowed: bool) -> None:
-    """A TrainError when ``out`` holds a run (a checkpoint or a metrics log) that a fresh
-    start would overwrite, unless ``allowed`` (--resume or --overwrite)."""
+def refuse_a_run_in_the_way(out: str, allowed: bool, info: DistInfo) -> None:
+    """A TrainError on every rank when ``out`` holds a run (a checkpoint or a metrics log) that
+    a fresh start would overwrite, unless ``allowed`` (--resume or --overwrite). Every rank
+    looks before any writes (the sum is a collective), so no rank sees this run's own files."""
     held = [name for name in ("checkpoint.pt", "metrics.jsonl") if os.path.exists(os.path.join(out, name))]
-    if held and not allowed:
+    if distributed.sum_over_ranks([0.0 if allowed else float(len(held))], info)[0]:
+        held = held or ["checkpoint.pt or metrics.jsonl, seen by another rank"]
         raise TrainError(f"--out {out} already holds a run ({', '.join(held)}): pass --resume to continue it, "
                          "--overwrite to start afresh there, or another --out")
 
