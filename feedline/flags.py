@@ -60,7 +60,8 @@ def _add(container, f: dataclasses.Field, hint, meta) -> None:
         kwargs.setdefault("metavar", f.name.upper())
         action = container.add_argument(f.name, **kwargs)
     else:
-        action = container.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kwargs)
+        names = ["--" + f.name.replace("_", "-"), *meta.get("aliases", ())]
+        action = container.add_argument(*names, dest=f.name, **kwargs)
     action.help = kwargs["help"]  # some Pythons append a second "(default: True)" to --x/--no-x
 
 
@@ -86,3 +87,28 @@ def _help(text: str, default, default_text: str | None) -> str:
         shown = str(default)
     text = text.replace("%", "%%")
     return f"{text} (default: {shown.replace('%', '%%')})" if shown is not None else text
+
+
+def unknown_flag_message(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """argparse's "unrecognized arguments" line, with the closest known flag of ``parser`` for
+    each unknown one ("did you mean --smoothing?")."""
+    import difflib
+    known = [o for action in parser._actions for o in action.option_strings]
+    hints = []
+    for arg in extras:
+        if not arg.startswith("-"):
+            continue
+        close = difflib.get_close_matches(arg.split("=", 1)[0], known, n=1, cutoff=0.6)
+        if close:
+            hints.append(f"{arg}: did you mean {close[0]}?")
+    line = f"unrecognized arguments: {' '.join(extras)}"
+    return "; ".join([line, *hints])
+
+
+def parse_with_hints(parser: argparse.ArgumentParser, argv, flags_of: argparse.ArgumentParser | None = None):
+    """``parser.parse_args(argv)``, but an unknown flag is refused with the closest known flag
+    of ``flags_of`` (the subcommand's parser; ``parser`` itself by default)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        (flags_of or parser).error(unknown_flag_message(flags_of or parser, extras))
+    return args

@@ -157,37 +157,56 @@ def erase_params(u: list[float], img_h: int, img_w: int, scale, ratio):
     return 0, 0, 0, 0
 
 
-def mixup_target(target: list[int], num_classes: int, lam, smoothing: float) -> np.ndarray:
-    """timm's mixup_target with a per-sample ``lam`` list: one-hot with off = eps / C and
-    on = 1 - eps + eps / C, mixed with the flipped batch's."""
-    off = smoothing / num_classes
-    on = 1.0 - smoothing + off
+def mixup_target(target, num_classes: int, lam, smoothing: float, partner=None) -> np.ndarray:
+    """timm 1.0.31's mixup_target with a per-sample ``lam`` list: int labels one-hot with
+    off = eps / C and on = 1 - eps + eps / C; multi-hot rows (lists) smoothed toward 0.5 as
+    multi_label=True, y * (1 - eps) + 0.5 * eps; then mixed with the partner's (timm: the
+    flipped batch, n - 1 - i; ``partner`` gives another index, as torchvision's i - 1)."""
     n = len(target)
+    partner = partner or (lambda i: n - 1 - i)
+
+    def y(i, c):
+        if isinstance(target[i], (list, tuple)):
+            return target[i][c] * (1.0 - smoothing) + 0.5 * smoothing
+        off = smoothing / num_classes
+        return 1.0 - smoothing + off if target[i] == c else off
+
     out = np.zeros((n, num_classes))
     for i in range(n):
         for c in range(num_classes):
-            y1 = on if target[i] == c else off
-            y2 = on if target[n - 1 - i] == c else off
-            out[i, c] = y1 * lam[i] + y2 * (1.0 - lam[i])
+            out[i, c] = y(i, c) * lam[i] + y(partner(i), c) * (1.0 - lam[i])
     return out
 
 
 def rand_bbox(img_h: int, img_w: int, lam: float, cy: int, cx: int):
-    """timm's rand_bbox with the box centre given, and cutmix_bbox_and_lam's corrected lambda."""
+    """timm 1.0.31's rand_bbox with the box centre given (the upper edge cy + (cut_h + 1) // 2),
+    and cutmix_bbox_and_lam's corrected lambda."""
     ratio = math.sqrt(1 - lam)
     cut_h, cut_w = int(img_h * ratio), int(img_w * ratio)
-    yl, yh = min(max(cy - cut_h // 2, 0), img_h), min(max(cy + cut_h // 2, 0), img_h)
-    xl, xh = min(max(cx - cut_w // 2, 0), img_w), min(max(cx + cut_w // 2, 0), img_w)
+    yl, yh = min(max(cy - cut_h // 2, 0), img_h), min(max(cy + (cut_h + 1) // 2, 0), img_h)
+    xl, xh = min(max(cx - cut_w // 2, 0), img_w), min(max(cx + (cut_w + 1) // 2, 0), img_w)
     return (yl, yh, xl, xh), 1.0 - (yh - yl) * (xh - xl) / float(img_h * img_w)
 
 
-def mix_elem(x: np.ndarray, lam: list[float], boxes: list) -> np.ndarray:
-    """timm's _mix_elem: sample i with sample n - 1 - i, a box pasted where ``boxes[i]`` is
-    given, blended with ``lam[i]`` otherwise (float arrays N x C x H x W)."""
+def torchvision_cutmix_box(img_h: int, img_w: int, lam: float, r_y: int, r_x: int):
+    """torchvision v2 CutMix.make_params with its centre (r_y, r_x) given: (y1, y2, x1, x2)
+    and lam_adjusted."""
+    r = 0.5 * math.sqrt(1.0 - lam)
+    r_w_half, r_h_half = int(r * img_w), int(r * img_h)
+    x1, y1 = max(r_x - r_w_half, 0), max(r_y - r_h_half, 0)
+    x2, y2 = min(r_x + r_w_half, img_w), min(r_y + r_h_half, img_h)
+    return (y1, y2, x1, x2), float(1.0 - (x2 - x1) * (y2 - y1) / (img_w * img_h))
+
+
+def mix_elem(x: np.ndarray, lam: list[float], boxes: list, partner=None) -> np.ndarray:
+    """timm's _mix_elem / _mix_pair: sample i with sample n - 1 - i (or ``partner(i)``: torchvision's
+    roll(1) is i - 1), a box pasted where ``boxes[i]`` is given, blended with ``lam[i]`` otherwise
+    (float arrays N x C x H x W)."""
     out = x.copy()
     n = len(x)
+    partner = partner or (lambda i: n - 1 - i)
     for i in range(n):
-        j = n - 1 - i
+        j = partner(i)
         if lam[i] == 1.0:
             continue
         if boxes[i] is not None:
@@ -196,6 +215,11 @@ def mix_elem(x: np.ndarray, lam: list[float], boxes: list) -> np.ndarray:
         else:
             out[i] = x[i] * lam[i] + x[j] * (1 - lam[i])
     return out
+
+
+def rolled(i: int) -> int:
+    """torchvision's MixUp/CutMix partner: ``roll(1, 0)`` puts sample i - 1 beside sample i."""
+    return i - 1  # -1 is the last sample, as roll wraps
 
 
 def photo(i: int = 0, h: int = 72, w: int = 96) -> np.ndarray:

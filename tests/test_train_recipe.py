@@ -12,9 +12,9 @@ from feedline.train.config import TrainConfig
 from feedline.train.recipe import loader_options
 from feedline.train.task import CLASSIFY, FieldLoss
 from feedline.train.recipe_options import parse_aa
-from feedline.transforms import ColorJitter, Mixup, RandAugment, RandomErasing, TrivialAugmentWide
+from feedline.transforms import ColorJitter, Mixup, TimmRandAugment, TimmRandomErasing, TrivialAugmentWide
 
-RECIPE = ["--aa", "rand-m9-n2", "--color-jitter", "0.3", "--reprob", "0.25", "--mixup", "0.8", "--cutmix", "1.0",
+RECIPE = ["--aa", "rand-m9-mstd0.5-inc1", "--color-jitter", "0.3", "--reprob", "0.25", "--mixup", "0.8", "--cutmix", "1.0",
           "--mixup-switch-prob", "0.5", "--label-smoothing", "0.1"]
 
 
@@ -25,33 +25,38 @@ def _restore_torch_globals():
     torch.set_rng_state(rng)
 
 
-@pytest.mark.parametrize("value, parsed", [("rand-m9-n2", ("rand", 2, 9)), ("rand-m7", ("rand", 2, 7)),
-                                           ("rand-n3-m5", ("rand", 3, 5)), ("trivial", ("trivial", 0, 0)),
-                                           ("none", None), (None, None)])
+@pytest.mark.parametrize("value, parsed", [("rand-m9-n2", ("rand", "rand-m9-n2")), ("rand-m7", ("rand", "rand-m7")),
+                                           ("rand-m9-mstd0.5-inc1", ("rand", "rand-m9-mstd0.5-inc1")),
+                                           ("trivial", ("trivial", "")), ("none", None), (None, None)])
 def test_aa_spellings(value, parsed):
     assert parse_aa(value) == parsed
 
 
 def test_the_flags_make_the_loader_arguments():
-    cfg = TrainConfig(synthetic=True, aa="rand-m9-n2", color_jitter=0.3, reprob=0.25, mixup=0.8, cutmix=1.0,
-                      mixup_prob=0.9, mixup_switch_prob=0.4, label_smoothing=0.1, size=64, size_start=32,
-                      size_ramp_epochs=4, eval_size=96)
+    cfg = TrainConfig(synthetic=True, aa="rand-m9-mstd0.5-inc1", color_jitter=0.3, reprob=0.25, mixup=0.8,
+                      cutmix=1.0, mixup_prob=0.9, mixup_switch_prob=0.4, mixup_mode="pair", label_smoothing=0.1,
+                      size=64, size_start=32, size_ramp_epochs=4, eval_size=96)
     train = loader_options(cfg, True, 10)
-    ra, jitter, erase = train["transforms"]
-    assert isinstance(ra, RandAugment) and (ra.num_ops, ra.magnitude) == (2, 9)
-    assert isinstance(jitter, ColorJitter) and isinstance(erase, RandomErasing) and erase.p == 0.25
-    (mix,) = train["batch_transforms"]
-    assert isinstance(mix, Mixup)
+    ra, jitter = train["transforms"]
+    assert isinstance(ra, TimmRandAugment) and ra.config.magnitude == 9 and ra.config.increasing
+    assert ra.config.magnitude_std == 0.5 and ra.img_mean == (124, 116, 104)  # timm's fill: the mean in pixels
+    assert isinstance(jitter, ColorJitter)
+    erase, mix = train["batch_transforms"]  # erasing on the normalized batch, then mixing: timm's order
+    assert isinstance(erase, TimmRandomErasing) and (erase.probability, erase.mode) == (0.25, "pixel")
+    assert isinstance(mix, Mixup) and mix.mode == "pair"
     assert (mix.mixup_alpha, mix.cutmix_alpha, mix.prob, mix.switch_prob) == (0.8, 1.0, 0.9, 0.4)
     assert (mix.label_smoothing, mix.num_classes) == (0.1, 10)
     assert isinstance(train["size"], ProgressiveSize) and [train["size"].size(e) for e in (0, 4)] == [32, 64]
-    assert loader_options(cfg, False, 10) == {"size": 96}
+    assert loader_options(cfg, False, 10) == {"size": 96, "crop_fraction": 0.875}
     plain = loader_options(TrainConfig(synthetic=True, aa="trivial"), True, 10)
     assert isinstance(plain["transforms"][0], TrivialAugmentWide) and plain["batch_transforms"] == []
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--aa", "rand-m9-mstd0.5"], "--aa 'rand-m9-mstd0.5': expected 'rand-mM-nN'"),
+    (["--aa", "augmix-m5-w4-d2"], "--aa 'augmix-m5-w4-d2': timm's AugMix is not supported"),
+    (["--aa", "rand-m9-x2"], "--aa 'rand-m9-x2': cannot read 'x2'; expected rand-mM-nN"),
+    (["--remode", "noise"], "--remode must be pixel, rand or const"),
+    (["--mixup-mode", "pairs"], "--mixup-mode must be batch, pair or elem"),
     (["--reprob", "1.5"], r"--reprob is a probability: it must be in \[0, 1\], got 1.5"),
     (["--mixup", "-1"], "--mixup must not be negative"),
     (["--size-start", "32"], "--size-start needs --size-ramp-epochs"),

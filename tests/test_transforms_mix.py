@@ -1,5 +1,5 @@
-"""MixUp / CutMix / Mixup against timm's formulas written out in oracles_transforms, on a
-batch of real photos."""
+"""timm's Mixup against timm 1.0.31's formulas, torchvision's MixUp / CutMix against
+torchvision 0.29's, written out in oracles_transforms, on a batch of real photos."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,16 +18,18 @@ def batch(dtype=torch.float32) -> torch.Tensor:
     return x.to(dtype) / 255 if dtype.is_floating_point else x.to(dtype)
 
 
-def reference(mixer, params, smoothing: float, x: np.ndarray):
+def reference(mixer, params, smoothing: float, x: np.ndarray, target=None):
     boxes = [tuple(b) if c else None for b, c in zip(params["boxes"].tolist(), params["cutmix"])]
-    return (oracle.mix_elem(x, list(params["lam"]), boxes),
-            oracle.mixup_target(LABELS.tolist(), 10, list(params["lam"]), smoothing))
+    partner = oracle.rolled if isinstance(mixer, (MixUp, CutMix)) else None
+    return (oracle.mix_elem(x, list(params["lam"]), boxes, partner),
+            oracle.mixup_target(target or LABELS.tolist(), 10, list(params["lam"]), smoothing, partner))
 
 
 @pytest.mark.parametrize("mixer", [MixUp(0.4, num_classes=10), CutMix(1.0, num_classes=10),
                                    Mixup(0.8, 1.0, label_smoothing=0.1, num_classes=10),
-                                   Mixup(0.8, 1.0, mode="elem", switch_prob=0.5, num_classes=10)])
-def test_mixed_images_and_targets_follow_timm(mixer):
+                                   Mixup(0.8, 1.0, mode="elem", switch_prob=0.5, num_classes=10),
+                                   Mixup(0.8, 1.0, mode="pair", switch_prob=0.5, num_classes=10)])
+def test_mixed_images_and_targets_follow_timm_and_torchvision(mixer):
     x = batch()
     checked = set()
     for first in range(0, 40, 5):
@@ -43,12 +45,16 @@ def test_mixed_images_and_targets_follow_timm(mixer):
                        else {"mix", "cut"})
 
 
-def test_cutmix_box_and_corrected_lambda_are_timms():
-    mixer = CutMix(1.0, num_classes=10, mode="elem")
-    params = mixer.draw(9, 1, np.arange(200), 40, 56)
-    for beta, (cy, cx), box, lam in zip(params["beta"], params["center"], params["boxes"], params["lam"]):
-        want_box, want_lam = oracle.rand_bbox(40, 56, beta, cy, cx)
-        assert tuple(box) == want_box and lam == pytest.approx(want_lam)
+def test_cutmix_box_and_corrected_lambda_are_timms_and_torchvisions():
+    odd_cuts = 0
+    for mixer, box_of in ((Mixup(0.0, 1.0, num_classes=10, mode="elem"), oracle.rand_bbox),
+                          (CutMix(1.0, num_classes=10, mode="elem"), oracle.torchvision_cutmix_box)):
+        params = mixer.draw(9, 1, np.arange(200), 41, 57)
+        for beta, (cy, cx), box, lam in zip(params["beta"], params["center"], params["boxes"], params["lam"]):
+            want_box, want_lam = box_of(41, 57, beta, cy, cx)
+            assert tuple(box) == want_box and lam == pytest.approx(want_lam)
+            odd_cuts += int(41 * np.sqrt(1 - beta)) % 2
+    assert odd_cuts > 50  # the odd cut sizes, where timm 1.0.31 rounds the upper edge up, are checked
     uncorrected = Mixup(0.0, 1.0, correct_lam=False, num_classes=10).draw(9, 1, [0, 1], 40, 56)
     assert np.array_equal(uncorrected["lam"], uncorrected["beta"])
 
@@ -89,8 +95,46 @@ def test_mixers_without_num_classes_say_so_or_take_the_stores():
 @pytest.mark.parametrize("kwargs,match", [
     (dict(prob=1.5), "prob must be a probability"), (dict(switch_prob=-0.1), "switch_prob"),
     (dict(label_smoothing=2), "label_smoothing"), (dict(mixup_alpha=-1), "mixup_alpha"),
-    (dict(mixup_alpha=0, cutmix_alpha=0), "mixup_alpha or cutmix_alpha"), (dict(mode="pair"), "mode"),
+    (dict(mixup_alpha=0, cutmix_alpha=0), "mixup_alpha or cutmix_alpha"), (dict(mode="pairs"), "mode"),
     (dict(num_classes=0), "num_classes")])
 def test_bad_mixer_arguments_name_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Mixup(**kwargs)
+
+
+def test_torchvision_mixers_pair_each_sample_with_the_one_before():
+    x = batch()
+    params = MixUp(1.0, num_classes=10).draw(3, 0, np.arange(5), 40, 56)
+    images, targets = MixUp(1.0, num_classes=10).apply(x.clone(), LABELS, params)
+    lam = float(params["lam"][0])
+    # torchvision: inpt.roll(1, 0).mul_(1 - lam).add_(inpt.mul(lam)); labels the same way
+    assert torch.allclose(images, x.roll(1, 0) * (1 - lam) + x * lam, atol=1e-6)
+    one_hot = torch.nn.functional.one_hot(LABELS, 10).float()
+    assert torch.allclose(targets, one_hot.roll(1, 0) * (1 - lam) + one_hot * lam, atol=1e-6)
+
+
+def test_pair_mode_shares_each_pairs_draw_and_leaves_an_odd_middle_alone():
+    params = Mixup(1.0, 1.0, mode="pair", num_classes=10).draw(5, 0, np.arange(7), 40, 56)
+    for key in ("lam", "cutmix", "boxes"):
+        assert np.array_equal(params[key][:3], params[key][4:][::-1])
+    assert params["lam"][3] == 1.0 and not params["cutmix"][3]
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.bool, torch.int64])
+def test_multi_hot_targets_are_smoothed_toward_one_half_as_timms_multi_label(dtype):
+    multi_hot = [[1, 0, 0, 1, 0, 0, 0, 0, 0, 1], [0] * 10, [1] * 10, [0, 1] * 5, [1, 1] + [0] * 8]
+    mixer = Mixup(0.8, 1.0, label_smoothing=0.1, num_classes=10)
+    params = mixer.draw(2, 0, np.arange(5), 40, 56)
+    _, targets = mixer.apply(batch(), torch.tensor(multi_hot).to(dtype), params)
+    _, want = reference(mixer, params, 0.1, batch().numpy(), multi_hot)
+    assert np.allclose(targets.numpy(), want, atol=1e-6)
+    explicit = Mixup(0.8, 1.0, label_smoothing=0.1, num_classes=10, multi_label=True)
+    _, from_float = explicit.apply(batch(), torch.tensor(multi_hot, dtype=torch.float32), params)
+    assert np.allclose(from_float.numpy(), want, atol=1e-6)
+
+
+def test_the_loaders_multi_hot_labels_entry_is_smoothed_as_multi_label():
+    multi_hot = torch.tensor([[1, 0, 0, 1, 0, 0, 0, 0, 0, 1]] * 5, dtype=torch.float32)  # the loader's float32
+    chain = BatchTransforms([Mixup(1.0, prob=0.0, label_smoothing=0.1, num_classes=10)])
+    _, targets = chain.apply(batch(), {"labels": multi_hot}, 0, 0, np.arange(5))
+    assert torch.allclose(targets["labels"], multi_hot * 0.9 + 0.05)

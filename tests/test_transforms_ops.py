@@ -184,9 +184,10 @@ def test_auto_augment_end_to_end_is_torchvisions_forward_with_the_same_draws(mak
         names = {oracle.OPS[c] for c in params["op"][i]}
         if names <= {"Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Posterize", "Solarize",
                      "Equalize"}:
-            # equal but for a tie on a row, where torch's float32 table and feedline's float64
-            # put a sheared point exactly on a pixel edge on either side
-            assert (diff(out, ref).max(axis=2) > 0).mean() < 0.005, (i, names)
+            # equal but for ties: where a sheared point falls exactly on a pixel edge, PIL's path
+            # and torchvision's tensor path (which feedline follows: test_transforms_torchvision)
+            # take the pixels on either side
+            assert (diff(out, ref).max(axis=2) > 0).mean() < 0.01, (i, names)
             exact += 1
         mads.append(diff(out, ref).mean())
     # elsewhere PIL's truncating blends and luma, one level apart, which Equalize may stretch

@@ -20,6 +20,7 @@ import os
 import sys
 
 from ..errors import FeedlineError
+from ..flags import parse_with_hints
 
 # name -> the one line `feedline --help` shows; the parser itself lives in cli/NAME.py.
 COMMANDS = {
@@ -45,6 +46,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             importlib.import_module(f".{name}", __package__).register(subparsers)
         else:
             subparsers.add_parser(name, help=summary)
+    return parser
+
+
+def command_parser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    """The parser of ``command`` inside `feedline`'s parser (the parser itself without one)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
     return parser
 
 
@@ -74,7 +83,8 @@ def run(argv: list[str]) -> int:
     """Parse ``argv`` and run its command; argparse exits (code 0 or 2) for --help,
     --version and a bad command line."""
     command = chosen_command(argv)
-    args = build_parser(command).parse_args(argv)
+    parser = build_parser(command)
+    args = parse_with_hints(parser, argv, command_parser(parser, command))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -4,9 +4,10 @@ A grid store (``pack --layout grid``) holds JPEGs with a restart marker after ev
 (see `jpeg_grid`). For a crop, ``GridDecoder`` splices the MCUs under it into a small
 JPEG and decodes that with the SimplejpegDecoder (libjpeg-turbo, strict, at a reduced
 DCT scale when the crop is at least twice the output, resized and flipped as every
-decoder does): the same pixels as a full decode's crop but for
-chroma upsampling at the spliced edges. Whole images go to the wrapped decoder, once
-their grid is checked (`parse_grid`).
+decoder does). Where a crop's edge lies near its MCU's edge the neighbouring MCU is spliced
+along (`jpeg_grid.with_context`), so chroma upsampling and the resize see what a full decode
+sees: the loader's crops are the original layout's to one level. Whole images go to the
+wrapped decoder, once their grid is checked (`parse_grid`).
 """
 from __future__ import annotations
 

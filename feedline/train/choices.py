@@ -52,3 +52,18 @@ def parse_device(value: str, option: str = "--device") -> str:
         return Device(kind).value
     except ValueError:
         raise ValueError(f"{option} must be auto, cuda, cuda:N or cpu, got {value!r}") from None
+
+
+class Opt(Choice):
+    """The optimizer (timm's --opt names)."""
+
+    SGD = "sgd"                # SGD with momentum (Nesterov off), torchvision's reference recipe
+    ADAMW = "adamw"            # torch.optim.AdamW
+    LAMB = "lamb"              # timm's Lamb: Adam moments, a layer-wise trust ratio, global grad clip 1.0
+
+
+class Sched(Choice):
+    """The learning-rate schedule after the linear warmup (timm's --sched names)."""
+
+    COSINE = "cosine"          # cosine decay to zero over the run
+    STEP = "step"              # times --decay-rate every --decay-epochs (torchvision's 30 / 0.1)

@@ -12,7 +12,7 @@ import logging
 import sys
 
 from ..errors import FeedlineError
-from ..flags import add_dataclass_arguments, config_from_args
+from ..flags import add_dataclass_arguments, config_from_args, parse_with_hints
 from ..unwritable import writing_to
 from .config import TrainConfig, TrainError
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m feedline.train", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     add_arguments(parser)
-    args = parser.parse_args(argv)
+    args = parse_with_hints(parser, argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

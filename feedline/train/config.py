@@ -15,6 +15,7 @@ from enum import Enum
 from ..choices import Choice, Engine, OnError, Order
 from .choices import Amp, Arch, RegressionLoss, parse_device
 from .errors import TrainError
+from .optim_options import OptimOptions
 from .recipe_options import RecipeOptions
 
 
@@ -30,7 +31,7 @@ MODEL, DATA, SPEED, RUN, CHECK = ("model and schedule", "data", "speed", "report
 
 
 @dataclass
-class TrainConfig(RecipeOptions):
+class TrainConfig(RecipeOptions, OptimOptions):
     """Options of one training run. Batch size is per rank and per micro-step: the optimizer
     sees ``batch_size * accum_steps * world_size`` images per step."""
 
@@ -42,23 +43,25 @@ class TrainConfig(RecipeOptions):
         "image counted once over all ranks", metavar="VAL")
     # -- model and schedule
     arch: Arch = option(Arch.RESNET50, "resnet18, resnet50 (torchvision's layout, no torchvision needed) "
-                        "or tiny, a 4-layer CNN for quick CPU runs", MODEL)
+                        "or tiny, a 4-layer CNN for quick CPU runs", MODEL, aliases=("--model",))
     epochs: int = option(90, "passes over TRAIN", MODEL)
-    batch_size: int = option(256, "images per rank per micro-step; a multiple of 8 suits tensor cores", MODEL)
+    batch_size: int = option(256, "images per rank per micro-step; a multiple of 8 suits tensor cores", MODEL,
+                             aliases=("-b",))
     accum_steps: int = option(1, "micro-steps per optimizer step (gradient accumulation); DDP all-reduces "
                               "only on the last one (no_sync)", MODEL, metavar="N")
     lr: float | None = option(None, "peak learning rate", MODEL,
                               default_text="0.1 x global batch / 256, the linear scaling rule")
-    momentum: float = option(0.9, "SGD momentum", MODEL)
-    weight_decay: float = option(5e-5, "not applied to BatchNorm parameters and biases", MODEL)
-    warmup_epochs: float = option(5.0, "linear warmup, then cosine decay to zero: large batches diverge "
+    momentum: float = option(0.9, "SGD momentum (torchvision's ResNet-50 reference recipe)", MODEL)
+    weight_decay: float = option(1e-4, "torchvision's ResNet-50 reference recipe's; not applied to BatchNorm "
+                                 "parameters and biases", MODEL)
+    warmup_epochs: float = option(5.0, "linear warmup, then the --sched decay: large batches diverge "
                                   "without warmup; capped at a fifth of the run", MODEL)
     label_smoothing: float = option(0.1, "regularizes over-confident logits (Szegedy et al., Inception v3)",
-                                    MODEL)
+                                    MODEL, aliases=("--smoothing",))
     regression_loss: RegressionLoss = option(RegressionLoss.MSE, "loss of a `target` field: mse or smooth-l1", MODEL)
     zero_init_residual: bool = option(True, "start each residual block's last BatchNorm at gamma 0, so "
                                       "blocks start as identity", MODEL)
-    size: int = option(224, "training crop and validation size", MODEL)
+    size: int = option(224, "training crop and validation size", MODEL, aliases=("--img-size",))
     num_classes: int | None = option(None, "classifier width", MODEL,
                                      default_text="from the data; 1000 with --synthetic and no TRAIN")
     # -- data
@@ -66,7 +69,8 @@ class TrainConfig(RecipeOptions):
                             "(nvImageCodec); auto = dali on a GPU when DALI is installed, else threads", DATA)
     decoder: str = option("auto", "the threads engine's JPEG decoder: nvimgcodec, turbojpeg, simplejpeg, opencv, pil "
                           "or a plugin's; auto = the fastest strict one installed", DATA, metavar="NAME")
-    threads: int | str = option("auto", "decode threads of the loader; auto: one per usable CPU core", DATA)
+    threads: int | str = option("auto", "decode threads of the loader; auto: one per usable CPU core", DATA,
+                                aliases=("--workers", "-j"))
     on_error: OnError = option(
         OnError.SUBSTITUTE, "a record that cannot be read or decoded: substitute puts another record in "
         "its place and logs it, so one bad JPEG never stops a run; raise stops with the record's index "
@@ -120,6 +124,7 @@ class TrainConfig(RecipeOptions):
         self._parse_choices()
         self._check_numbers()
         self._check_recipe()
+        self._check_optim()
         check_paths(self)
 
     def _parse_choices(self) -> None:

@@ -1,33 +1,42 @@
-"""The trainer's recipe as FeedLoader arguments and a loss: per-sample transforms (RandAugment
-or TrivialAugment, ColorJitter, RandomErasing, in timm's order), the batch mixer, the size
-schedule, and soft-target cross-entropy when the batch is mixed."""
+"""The trainer's recipe as FeedLoader arguments, with timm's meaning: per-sample transforms
+(timm's RandAugment or torchvision's TrivialAugmentWide, ColorJitter), then on the normalized
+batch timm's random erasing and timm's Mixup, in timm's order; the size schedule."""
 from __future__ import annotations
 
 import math
 
 from ..size_schedule import ProgressiveSize
-from ..transforms import ColorJitter, Mixup, RandAugment, RandomErasing, TrivialAugmentWide
+from ..config import IMAGENET_MEAN
+from ..transforms import ColorJitter, Mixup, TimmRandAugment, TimmRandomErasing, TrivialAugmentWide
+from ..transforms.timm_augment import timm_fill
 from .recipe_options import RecipeOptions, parse_aa
 
 
 def sample_transforms(cfg: RecipeOptions) -> list:
+    """As timm's transforms_factory: the auto-augment (its fill the normalization mean in
+    pixels), then ColorJitter."""
     aa, steps = parse_aa(cfg.aa), []
     if aa is not None:
-        steps.append(TrivialAugmentWide() if aa[0] == "trivial" else RandAugment(num_ops=aa[1], magnitude=aa[2]))
+        steps.append(TrivialAugmentWide() if aa[0] == "trivial" else
+                     TimmRandAugment(aa[1], img_mean=timm_fill(IMAGENET_MEAN)))
     if cfg.color_jitter > 0:
         j = cfg.color_jitter
         steps.append(ColorJitter(brightness=j, contrast=j, saturation=j))
-    if cfg.reprob > 0:
-        steps.append(RandomErasing(p=cfg.reprob))
     return steps
 
 
 def batch_transforms(cfg: RecipeOptions, num_classes: int | None) -> list:
-    """timm's Mixup with the run's label smoothing (the loss then smooths nothing itself)."""
-    if not cfg.mixing:
-        return []
-    return [Mixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, prob=cfg.mixup_prob,
-                  switch_prob=cfg.mixup_switch_prob, label_smoothing=cfg.label_smoothing, num_classes=num_classes)]
+    """timm's random erasing on the normalized batch (its transforms_factory erases after
+    normalizing), then timm's Mixup with the run's label smoothing (the loss then smooths
+    nothing itself)."""
+    steps: list = []
+    if cfg.reprob > 0:
+        steps.append(TimmRandomErasing(probability=cfg.reprob, mode=cfg.remode))
+    if cfg.mixing:
+        steps.append(Mixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, prob=cfg.mixup_prob,
+                           switch_prob=cfg.mixup_switch_prob, mode=cfg.mixup_mode,
+                           label_smoothing=cfg.label_smoothing, num_classes=num_classes))
+    return steps
 
 
 def train_size(cfg: RecipeOptions):
@@ -41,6 +50,6 @@ def train_size(cfg: RecipeOptions):
 def loader_options(cfg: RecipeOptions, train: bool, num_classes: int | None) -> dict:
     """FeedLoader's size, transforms and batch_transforms for the training or validation loader."""
     if not train:
-        return {"size": cfg.eval_size or cfg.size}
+        return {"size": cfg.eval_size or cfg.size, "crop_fraction": cfg.crop_pct}
     return {"size": train_size(cfg), "transforms": sample_transforms(cfg),
             "batch_transforms": batch_transforms(cfg, num_classes)}

@@ -25,8 +25,8 @@ from .step import StepRunner
 # order or the meaning of a step would differ. The value: what a checkpoint written before
 # the option existed meant (a recipe option's default; the evaluation size changes no step).
 _SAME = {"arch": None, "batch_size": None, "accum_steps": None, "seed": None, "epochs": None,
-         "order": "random",
-         **{f.name: f.default for f in dataclasses.fields(RecipeOptions) if f.name != "eval_size"}}
+         "order": "random", "opt": "sgd", "sched": "cosine", "model_ema": False,
+         **{f.name: f.default for f in dataclasses.fields(RecipeOptions) if f.name not in ("eval_size", "crop_pct")}}
 
 
 class Checkpoints:
@@ -61,6 +61,7 @@ class Checkpoints:
             "steps_per_epoch": self.steps_per_epoch, "model": raw.state_dict(),
             "optimizer": runner.optimizer.state_dict(), "scheduler": runner.scheduler.state_dict(),
             "scaler": runner.scaler.state_dict() if runner.scaler is not None else None,
+            "model_ema": runner.ema.state_dict() if runner.ema is not None else None,
             "progress": dataclasses.asdict(saved), "loader": loader_state, "rng": _rng_state(),
             "history": history,
         }
@@ -99,6 +100,8 @@ class Checkpoints:
         runner.scheduler.load_state_dict(state["scheduler"])
         if runner.scaler is not None and state.get("scaler"):
             runner.scaler.load_state_dict(state["scaler"])
+        if runner.ema is not None and state.get("model_ema"):
+            runner.ema.load_state_dict(state["model_ema"])
         _set_rng_state(state["rng"])
         progress = Progress(**state["progress"])
         self.saved, self.begun = (progress.epoch, progress.step), True

@@ -168,7 +168,7 @@ class Trainer:
         self.result.bad_records += int(bad_total)
         if self.val_loader is not None:
             self.val_loader.set_epoch(progress.epoch)
-            record.update(validate(raw, self.val_loader, self.amp, info, self.task, self.cfg))
+            record.update(validated(raw, runner, self.val_loader, self.amp, info, self.task, self.cfg))
         self.result.history.append(record)
         self.reporter.epoch(record, self.cfg.epochs, bad)
         progress.epoch += 1
@@ -189,6 +189,14 @@ def refuse_a_run_in_the_way(out: str, allowed: bool, info: DistInfo) -> None:
         held = held or ["checkpoint.pt or metrics.jsonl, seen by another rank"]
         raise TrainError(f"--out {out} already holds a run ({', '.join(held)}): pass --resume to continue it, "
                          "--overwrite to start afresh there, or another --out")
+
+
+def validated(raw: nn.Module, runner: StepRunner, loader, amp, info: DistInfo, task, cfg: TrainConfig) -> dict:
+    """The model's validation, and its EMA's (timm's --model-ema) as ``ema_*`` keys."""
+    record = validate(raw, loader, amp, info, task, cfg)
+    if runner.ema is not None:
+        record.update({f"ema_{k}": v for k, v in validate(runner.ema.module, loader, amp, info, task, cfg).items()})
+    return record
 
 
 def train(cfg: TrainConfig, env=None) -> TrainResult:

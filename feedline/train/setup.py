@@ -15,7 +15,8 @@ from .models import build_model
 from .choices import Amp as AmpMode
 from .step import Amp, StepRunner, make_optimizer
 from .task import CLASSIFY, FieldLoss
-from .schedule import WarmupCosine
+from .ema import ModelEma
+from .schedule import WarmupSchedule
 
 WARMUP_MICRO = 3  # micro-steps left out of throughput: cudnn autotuning, compilation, first allocations
 
@@ -81,9 +82,13 @@ def build_runner(raw: nn.Module, cfg: TrainConfig, info: DistInfo, amp: Amp, lr:
         net = ddp
     if cfg.compile:
         net = torch.compile(net)
-    optimizer = make_optimizer(raw, lr, cfg.momentum, cfg.weight_decay)
-    scheduler = WarmupCosine(optimizer, lr, warmup_steps, total_steps)
+    optimizer = make_optimizer(raw, lr, cfg.momentum, cfg.weight_decay, str(cfg.opt.value))
+    steps_per_epoch = total_steps / max(cfg.epochs, 1)
+    scheduler = WarmupSchedule(optimizer, lr, warmup_steps, total_steps, str(cfg.sched.value),
+                               decay_steps=max(int(round(cfg.decay_epochs * steps_per_epoch)), 1),
+                               decay_rate=cfg.decay_rate)
+    ema = ModelEma(raw, cfg.model_ema_decay) if cfg.model_ema else None
     scaler = torch.amp.GradScaler(info.device.type) if amp.dtype == torch.float16 else None
     if criterion is None:   # the run's task says otherwise (task.py); synthetic steps classify
         criterion = FieldLoss(CLASSIFY, "label", label_smoothing=cfg.label_smoothing)
-    return StepRunner(net, ddp, optimizer, scheduler, scaler, criterion, amp)
+    return StepRunner(net, ddp, optimizer, scheduler, scaler, criterion, amp, ema=ema, raw=raw)

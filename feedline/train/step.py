@@ -1,5 +1,6 @@
 """One training step: forward under autocast, backward, and every ``accum_steps`` micro-steps
-the optimizer step (SGD with momentum, no weight decay on BatchNorm parameters and biases)."""
+the optimizer step (SGD with momentum, AdamW or Lamb; no weight decay on BatchNorm parameters
+and biases), then the EMA of the weights when asked."""
 from __future__ import annotations
 
 import contextlib
@@ -26,15 +27,21 @@ class Amp:
         return {None: "off", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.dtype]
 
 
-def make_optimizer(model: nn.Module, lr: float, momentum: float, weight_decay: float) -> torch.optim.SGD:
-    """SGD with momentum; no weight decay on BatchNorm parameters and biases (1-d tensors),
-    which only shrinks them without regularizing the function."""
+def make_optimizer(model: nn.Module, lr: float, momentum: float, weight_decay: float,
+                   opt: str = "sgd") -> torch.optim.Optimizer:
+    """SGD with momentum, AdamW or Lamb (timm's --opt); no weight decay on BatchNorm parameters
+    and biases (1-d tensors), which only shrinks them without regularizing the function."""
     decay, no_decay = [], []
     for p in model.parameters():
         if p.requires_grad:
             (no_decay if p.ndim <= 1 else decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
+    if opt == "adamw":
+        return torch.optim.AdamW(groups, lr=lr)
+    if opt == "lamb":
+        from .lamb import Lamb
+        return Lamb(groups, lr=lr)
     return torch.optim.SGD(groups, lr=lr, momentum=momentum)
 
 
@@ -44,7 +51,8 @@ class StepRunner:
     micro-steps that do not step, so accumulation costs one all-reduce per step."""
 
     def __init__(self, net: nn.Module, ddp: nn.Module | None, optimizer: torch.optim.Optimizer,
-                 scheduler, scaler: torch.amp.GradScaler | None, criterion: nn.Module, amp: Amp):
+                 scheduler, scaler: torch.amp.GradScaler | None, criterion: nn.Module, amp: Amp,
+                 ema=None, raw: nn.Module | None = None):
         self.net = net            # what to call: possibly compiled, possibly DDP
         self.ddp = ddp            # the DDP module, for no_sync; None in one process
         self.optimizer = optimizer
@@ -52,6 +60,8 @@ class StepRunner:
         self.scaler = scaler
         self.criterion = criterion
         self.amp = amp
+        self.ema = ema            # a ModelEma of ``raw`` (the unwrapped model), updated after each step
+        self.raw = raw
         self.last_lr = optimizer.param_groups[0]["lr"]  # of the latest optimizer step
 
     def micro_step(self, images: torch.Tensor, labels: torch.Tensor, group_size: int,
@@ -75,4 +85,6 @@ class StepRunner:
                 self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.scheduler.step()
+            if self.ema is not None:
+                self.ema.update(self.raw)
         return loss.detach()

@@ -11,7 +11,9 @@ from .erasing import RandomErasing
 from .jitter import ColorJitter, RandomGrayscale
 from .mix import CutMix, Mixup, MixUp
 from .runner import BatchTransforms, SampleTransforms
+from .timm_augment import TimmRandAugment
+from .timm_erasing import TimmRandomErasing
 
-__all__ = ["RandAugment", "TrivialAugmentWide", "ColorJitter", "RandomGrayscale", "GaussianBlur",
-           "RandomErasing", "MixUp", "CutMix", "Mixup", "SampleTransforms", "BatchTransforms",
+__all__ = ["RandAugment", "TrivialAugmentWide", "TimmRandAugment", "ColorJitter", "RandomGrayscale", "GaussianBlur",
+           "RandomErasing", "TimmRandomErasing", "MixUp", "CutMix", "Mixup", "SampleTransforms", "BatchTransforms",
            "SampleOp", "TransformError", "TransformSpec", "ProgressiveSize"]

@@ -8,6 +8,8 @@ RandAugment scale with the image size.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -20,37 +22,48 @@ SIGNED = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness"
           "Contrast", "Sharpness"}
 
 
+_TOPS = {  # op -> (RandAugment's top, TrivialAugmentWide's top); translate's scale with the side
+    "ShearX": (0.3, 0.99), "ShearY": (0.3, 0.99), "Rotate": (30.0, 135.0),
+    "Brightness": (0.9, 0.99), "Color": (0.9, 0.99), "Contrast": (0.9, 0.99), "Sharpness": (0.9, 0.99),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def magnitude_table(op: str, bins: int, height: int, width: int, wide: bool) -> np.ndarray:
+    """torchvision's _AUGMENTATION_SPACE[op](bins, height, width), built as torchvision builds
+    it (float32 torch.linspace, float32 posterize arithmetic), as float64 of those values."""
+    if op in _TOPS:
+        table = torch.linspace(0.0, _TOPS[op][wide], bins, dtype=torch.float32)
+    elif op in ("TranslateX", "TranslateY"):
+        side = width if op == "TranslateX" else height
+        table = torch.linspace(0.0, 32.0 if wide else 150.0 / 331.0 * side, bins, dtype=torch.float32)
+    elif op == "Posterize":
+        table = (8 - (torch.arange(bins) / ((bins - 1) / (6 if wide else 4)))).round().int()
+    elif op == "Solarize":  # torchvision's threshold: 255.0 * float(linspace(1, 0)[bin])
+        table = torch.linspace(1.0, 0.0, bins, dtype=torch.float32).double() * 255.0
+    else:
+        table = torch.zeros(bins)
+    out = table.double().numpy()
+    out.flags.writeable = False
+    return out
+
+
 def magnitude(op: str, bin_, bins: int, height: int, width: int, wide: bool):
     """torchvision's _augmentation_space(bins)[op][bin_] (unsigned), for RandAugment or,
     with ``wide``, TrivialAugmentWide; ``bin_`` may be an array."""
-    k = np.asarray(bin_, dtype=np.float64)
-    frac = k / max(bins - 1, 1)  # linspace(0, top, bins)[k]
-    if op in ("ShearX", "ShearY"):
-        return frac * (0.99 if wide else 0.3)
-    if op in ("TranslateX", "TranslateY"):
-        side = width if op == "TranslateX" else height
-        return frac * (32.0 if wide else 150.0 / 331.0 * side)
-    if op == "Rotate":
-        return frac * (135.0 if wide else 30.0)
-    if op in ("Brightness", "Color", "Contrast", "Sharpness"):
-        return frac * (0.99 if wide else 0.9)
-    if op == "Posterize":
-        return 8 - np.round(k / ((bins - 1) / (6 if wide else 4)))
-    if op == "Solarize":
-        return 255.0 - frac * 255.0
-    return np.zeros_like(k)
+    return magnitude_table(op, int(bins), int(height), int(width), bool(wide))[np.asarray(bin_, dtype=np.int64)]
 
 
-def _matrices(op: str, v, h: int, w: int) -> np.ndarray:
+def _matrix(op: str, v: float, h: int, w: int) -> list[float]:
     if op == "ShearX":
-        return geometry.shear_x(v)
+        return geometry.shear_x(v, h, w)
     if op == "ShearY":
-        return geometry.shear_y(v)
+        return geometry.shear_y(v, h, w)
     if op == "TranslateX":
-        return geometry.translate(v, np.zeros_like(v))
+        return geometry.translate(v, 0.0)
     if op == "TranslateY":
-        return geometry.translate(np.zeros_like(v), v)
-    return geometry.rotate(v, h, w)
+        return geometry.translate(0.0, v)
+    return geometry.rotate(v)
 
 
 _ENHANCE_NP = {"Brightness": color.brightness_np, "Color": color.saturation_np,
@@ -73,7 +86,7 @@ def apply_op_np(op: str, img: np.ndarray, v: float, fill) -> np.ndarray:
         return tone.equalize_np(img)
     if op == "Identity":
         return img
-    return geometry.warp_np(img, _matrices(op, np.float64(v), *img.shape[:2]), fill)
+    return geometry.warp_np(img, _matrix(op, float(v), *img.shape[:2]), fill)
 
 
 def apply_op_t(op: str, x: torch.Tensor, v: np.ndarray, fill) -> torch.Tensor:
@@ -90,7 +103,8 @@ def apply_op_t(op: str, x: torch.Tensor, v: np.ndarray, fill) -> torch.Tensor:
         return tone.equalize_t(x)
     if op == "Identity":
         return x
-    return geometry.warp_t(x, _matrices(op, v, *x.shape[-2:]), fill)
+    h, w = x.shape[-2:]
+    return geometry.warp_t(x, [_matrix(op, float(m), h, w) for m in np.atleast_1d(v)], fill)
 
 
 class _AutoAugment(SampleOp):

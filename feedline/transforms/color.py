@@ -1,9 +1,12 @@
-"""Colour ops that blend the image with a degenerate one (torchvision's adjust_* functions
-and PIL's ImageEnhance): brightness, contrast, saturation, sharpness, plus hue and grayscale.
+"""Colour ops that blend the image with a degenerate one, as torchvision's tensor path computes
+them (transforms.v2.functional adjust_*): brightness, contrast, saturation, sharpness, plus
+hue and grayscale.
 
-Each op has a numpy version for one uint8 H x W x 3 image (factor a float) and a torch
-version for a float N x 3 x H x W batch of whole numbers 0..255 (factor a tensor (N,), one
-per sample). Both round once per op, half to even, so they agree to rounding.
+torchvision computes on uint8 images in float32 and casts back to uint8, which truncates; its
+grayscale is 0.2989 R + 0.587 G + 0.114 B, floored where it is blended. Each op has a numpy
+version for one uint8 H x W x 3 image (factor a float) and a torch version for a float
+N x 3 x H x W batch of whole numbers 0..255 (factor a tensor (N,), one per sample); both
+follow those steps, so they agree to float32 rounding.
 """
 from __future__ import annotations
 
@@ -13,8 +16,9 @@ import torch
 import torch.nn.functional as F
 
 
-GRAY = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # ITU-R 601-2: PIL's "L", OpenCV's GRAY
+GRAY = np.array([0.2989, 0.587, 0.114], dtype=np.float32)  # torchvision's tensor path
 _SMOOTH = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=np.float32) / 13  # PIL's SMOOTH
+_HUE_SCALE = 255.0 + 1.0 - 1e-3  # torchvision's float -> uint8 conversion: scale, then truncate
 
 
 def per_sample(f, x: torch.Tensor) -> torch.Tensor:
@@ -22,37 +26,50 @@ def per_sample(f, x: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(f, dtype=x.dtype, device=x.device).reshape(-1, 1, 1, 1)
 
 
-# --- numpy / OpenCV, one image (OpenCV rounds to nearest and saturates, releasing the GIL) --
+# --- numpy, one image: float32 arithmetic, truncated back to uint8 as torchvision's cast ----
+
+def _trunc_u8(x: np.ndarray) -> np.ndarray:
+    return np.clip(x, 0, 255, out=x).astype(np.uint8)
+
+
+def gray_f32(img: np.ndarray) -> np.ndarray:
+    """float32 H x W x 1 luma, not yet truncated (torchvision's preserve_dtype=False)."""
+    f = img.astype(np.float32)
+    return (f[..., :1] * GRAY[0] + f[..., 1:2] * GRAY[1] + f[..., 2:] * GRAY[2])
+
 
 def gray_np(img: np.ndarray) -> np.ndarray:
-    """uint8 H x W luma, rounded as PIL's convert("L")."""
-    return cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)
+    """uint8 H x W luma, truncated as torchvision's rgb_to_grayscale."""
+    return gray_f32(img)[..., 0].astype(np.uint8)
 
 
-def blend_np(img: np.ndarray, other: np.ndarray, factor: float) -> np.ndarray:
-    return cv2.addWeighted(img, float(factor), other, 1.0 - float(factor), 0.0)
+def blend_np(img: np.ndarray, other, factor: float) -> np.ndarray:
+    """torchvision's _blend: img * factor + other * (1 - factor), clamped, truncated."""
+    f = np.float32(factor)
+    return _trunc_u8(img.astype(np.float32) * f + np.asarray(other, np.float32) * (np.float32(1.0) - f))
 
 
 def brightness_np(img, factor):
-    return cv2.addWeighted(img, float(factor), img, 0.0, 0.0)
+    return _trunc_u8(img.astype(np.float32) * np.float32(factor))
 
 
 def contrast_np(img, factor):
-    mean = float(gray_np(img).mean())
-    return cv2.addWeighted(img, float(factor), img, 0.0, (1.0 - float(factor)) * mean)
+    mean = np.float32(np.floor(gray_f32(img)).mean(dtype=np.float64))
+    return blend_np(img, mean, factor)
 
 
 def saturation_np(img, factor):
-    return blend_np(img, cv2.cvtColor(gray_np(img), cv2.COLOR_GRAY2RGB), factor)
+    return blend_np(img, np.floor(gray_f32(img)), factor)
 
 
 def sharpness_np(img, factor):
     if img.shape[0] <= 2 or img.shape[1] <= 2:
         return img
-    blurred = img.copy()
-    inner = cv2.filter2D(img, -1, _SMOOTH, borderType=cv2.BORDER_REPLICATE)
-    blurred[1:-1, 1:-1] = inner[1:-1, 1:-1]  # the border keeps its pixels, as PIL and torchvision
-    return blend_np(img, blurred, factor)
+    out = img.astype(np.float32)
+    blurred = np.rint(cv2.filter2D(out, -1, _SMOOTH, borderType=cv2.BORDER_REPLICATE))
+    inner = out[1:-1, 1:-1]  # the border keeps its pixels, as torchvision
+    inner += (blurred[1:-1, 1:-1] - inner) * np.float32(1.0 - float(factor))
+    return _trunc_u8(out)
 
 
 def hue_np(img, shift):
@@ -61,7 +78,8 @@ def hue_np(img, shift):
     rgb *= 1 / 255
     h, s, v = cv2.split(cv2.cvtColor(rgb, cv2.COLOR_RGB2HSV))  # H in degrees
     h += 360.0 * (float(shift) % 1.0)  # OpenCV wraps a hue of 360..720 back, not a negative one
-    return cv2.convertScaleAbs(cv2.cvtColor(cv2.merge((h, s, v)), cv2.COLOR_HSV2RGB), alpha=255.0)
+    out = cv2.cvtColor(cv2.merge((h, s, v)), cv2.COLOR_HSV2RGB)
+    return _trunc_u8(out * np.float32(_HUE_SCALE))
 
 
 def grayscale_np(img):
@@ -71,18 +89,18 @@ def grayscale_np(img):
 # --- torch, a batch with one factor per sample -----------------------------------------
 
 def gray_t(x: torch.Tensor) -> torch.Tensor:
-    """N x 1 x H x W luma, rounded as gray_np's."""
-    w = torch.as_tensor(GRAY, dtype=x.dtype, device=x.device).reshape(1, 3, 1, 1)
-    return (x * w).sum(dim=1, keepdim=True).round_()
+    """N x 1 x H x W luma, floored (whole numbers, as torchvision's uint8 path)."""
+    r, g, b = x.unbind(dim=1)
+    return r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).floor_().unsqueeze(1)
 
 
 def blend_t(x, other, factor) -> torch.Tensor:
     f = per_sample(factor, x)
-    return (f * x + (1 - f) * other).round_().clamp_(0, 255)
+    return (f * x + (1 - f) * other).clamp_(0, 255).trunc_()
 
 
 def brightness_t(x, factor):
-    return blend_t(x, 0.0, factor)
+    return (x * per_sample(factor, x)).clamp_(0, 255).trunc_()
 
 
 def contrast_t(x, factor):
@@ -97,9 +115,11 @@ def sharpness_t(x, factor):
     if x.shape[-2] <= 2 or x.shape[-1] <= 2:
         return x
     k = torch.as_tensor(_SMOOTH, dtype=x.dtype, device=x.device).expand(3, 1, 3, 3)
-    blurred = x.clone()
-    blurred[..., 1:-1, 1:-1] = F.conv2d(x, k, groups=3).round_()
-    return blend_t(x, blurred, factor)
+    out = x.clone()
+    blurred = F.conv2d(x, k, groups=3).round_()
+    inner = out[..., 1:-1, 1:-1]
+    inner.add_((blurred - inner) * (1 - per_sample(factor, x)))
+    return out.clamp_(0, 255).trunc_()
 
 
 def _rgb_to_hsv(rgb: torch.Tensor) -> torch.Tensor:
@@ -132,7 +152,7 @@ def _hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
 def hue_t(x, shift):
     hsv = _rgb_to_hsv(x / 255)
     hsv[:, 0] = torch.remainder(hsv[:, 0] + per_sample(shift, x)[:, 0], 1.0)
-    return (_hsv_to_rgb(hsv) * 255).round_().clamp_(0, 255)
+    return (_hsv_to_rgb(hsv) * _HUE_SCALE).clamp_(0, 255).trunc_()
 
 
 def grayscale_t(x):

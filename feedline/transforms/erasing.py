@@ -5,7 +5,8 @@ with ``value`` (pixel units 0..255: transforms run on uint8 pixels, before norma
 ``value="random"`` fills the box with per-pixel noise: torchvision's standard normal noise on
 a tensor normalized with ``mean`` and ``std`` (ImageNet's by default; timm's mode "pixel"),
 seen in pixel units, so 255 * (mean + std * z) rounded and clipped to 0..255. The noise of a
-sample comes from its own key, drawn with its other parameters.
+sample comes from its own key, drawn with its other parameters. timm's erasing, in
+normalized units and unquantized (``--reprob``/``--remode``), is TimmRandomErasing.
 """
 from __future__ import annotations
 

@@ -1,49 +1,69 @@
 """Affine ops of the auto-augment family (shear, translate, rotate), nearest neighbour, with a
-fill colour outside the image, as torchvision applies them.
+fill colour outside the image, computed as torchvision's tensor path computes them.
 
-Each sample's op is a 2 x 3 inverse matrix in PIL's convention: the centre of output pixel
-(x, y) is the point (x + 0.5, y + 0.5), the matrix maps it to a point of the input, and the
-input pixel under that point is taken (torchvision's PIL path calls PIL's Image.transform
-with exactly these matrices). OpenCV's warpAffine and torch's grid_sample get the same
-matrix rewritten in their own pixel conventions.
+Each sample's op is torchvision's inverse affine matrix (``_get_inverse_affine_matrix``, in
+float64, origin at the image centre); the sampling grid is built from it in float32 as
+torchvision's ``_affine_grid`` builds it, and torch's ``grid_sample`` (nearest, zeros outside)
+takes the pixels. The same float32 steps run for one uint8 image on a decode thread (torch on
+the CPU releases the GIL) and for a float batch on any device, so both give torchvision's
+pixels, ties on pixel edges included.
 """
 from __future__ import annotations
 
-import cv2
+import math
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 
-def shear_x(m) -> np.ndarray:
+def inverse_matrix(center: tuple[float, float], angle: float, translate: tuple[float, float],
+                   shear: tuple[float, float]) -> list[float]:
+    """torchvision's _get_inverse_affine_matrix(center, angle, translate, scale=1, shear)."""
+    rot, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
+    cx, cy = center
+    tx, ty = translate
+    cos_sy, tan_sx = math.cos(sy), math.tan(sx)
+    a = math.cos(rot - sy) / cos_sy
+    b = -(a * tan_sx + math.sin(rot))
+    c = math.sin(rot - sy) / cos_sy
+    d = math.cos(rot) - c * tan_sx
+    m = [d, -b, 0.0, -c, a, 0.0]
+    m[2] += cx - m[0] * (cx + tx) - m[1] * (cy + ty)
+    m[5] += cy - m[3] * (cx + tx) - m[4] * (cy + ty)
+    return m
+
+
+def shear_x(m: float, height: int, width: int) -> list[float]:
     """torchvision's ShearX(m): affine(shear=(degrees(atan(m)), 0), center=(0, 0))."""
-    m = np.asarray(m, dtype=np.float64)
-    one, zero = np.ones_like(m), np.zeros_like(m)
-    return np.stack([np.stack([one, m, zero], -1), np.stack([zero, one, zero], -1)], -2)
+    return inverse_matrix((-width * 0.5, -height * 0.5), 0.0, (0.0, 0.0), (math.degrees(math.atan(m)), 0.0))
 
 
-def shear_y(m) -> np.ndarray:
-    m = np.asarray(m, dtype=np.float64)
-    one, zero = np.ones_like(m), np.zeros_like(m)
-    return np.stack([np.stack([one, zero, zero], -1), np.stack([m, one, zero], -1)], -2)
+def shear_y(m: float, height: int, width: int) -> list[float]:
+    return inverse_matrix((-width * 0.5, -height * 0.5), 0.0, (0.0, 0.0), (0.0, math.degrees(math.atan(m))))
 
 
-def translate(tx, ty) -> np.ndarray:
+def translate(tx: float, ty: float) -> list[float]:
     """Move the image by whole pixels (tx right, ty down); torchvision passes int(magnitude)."""
-    tx = np.trunc(np.asarray(tx, dtype=np.float64))
-    ty = np.trunc(np.asarray(ty, dtype=np.float64))
-    one, zero = np.ones_like(tx), np.zeros_like(tx)
-    return np.stack([np.stack([one, zero, -tx], -1), np.stack([zero, one, -ty], -1)], -2)
+    return inverse_matrix((0.0, 0.0), 0.0, (float(int(tx)), float(int(ty))), (0.0, 0.0))
 
 
-def rotate(degrees, height: int, width: int) -> np.ndarray:
-    """PIL's Image.rotate(degrees) (counter-clockwise) about the image centre, not expanded."""
-    a = -np.radians(np.mod(np.asarray(degrees, dtype=np.float64), 360.0))
-    cos, sin = np.round(np.cos(a), 15), np.round(np.sin(a), 15)
-    cx, cy = width / 2.0, height / 2.0
-    tx = cos * -cx + sin * -cy + cx
-    ty = -sin * -cx + cos * -cy + cy
-    return np.stack([np.stack([cos, sin, tx], -1), np.stack([-sin, cos, ty], -1)], -2)
+def rotate(degrees: float) -> list[float]:
+    """torchvision's rotate(degrees) (counter-clockwise) about the image centre, not expanded."""
+    return inverse_matrix((0.0, 0.0), -(degrees % 360), (0.0, 0.0), (0.0, 0.0))
+
+
+def _grid(matrix, height: int, width: int, device) -> torch.Tensor:
+    """torchvision's _affine_grid for one float32 theta: 1 x H x W x 2."""
+    theta = torch.tensor(matrix, dtype=torch.float32, device=device).reshape(1, 2, 3)
+    base = torch.empty(1, height, width, 3, dtype=torch.float32, device=device)
+    base[..., 0].copy_(torch.linspace((1.0 - width) * 0.5, (width - 1.0) * 0.5, steps=width, device=device))
+    base[..., 1].copy_(torch.linspace((1.0 - height) * 0.5, (height - 1.0) * 0.5, steps=height,
+                                      device=device).unsqueeze_(-1))
+    base[..., 2].fill_(1)
+    scaled = theta.transpose(1, 2).div_(torch.tensor([0.5 * width, 0.5 * height], dtype=torch.float32,
+                                                     device=device))
+    return base.view(1, height * width, 3).bmm(scaled).view(1, height, width, 2)
 
 
 def _fill3(fill) -> tuple[float, float, float]:
@@ -51,32 +71,22 @@ def _fill3(fill) -> tuple[float, float, float]:
     return float(f[0]), float(f[1]), float(f[2])
 
 
-def warp_np(img: np.ndarray, matrix: np.ndarray, fill=0) -> np.ndarray:
-    """One uint8 H x W x 3 image through one inverse matrix (OpenCV puts pixel centres on whole
-    numbers and rounds to the nearest, which is PIL's floor of the half-shifted point)."""
-    m = np.array(matrix, dtype=np.float64)
-    m[:, 2] += m[:, :2].sum(axis=1) * 0.5 - 0.5
-    h, w = img.shape[:2]
-    return cv2.warpAffine(img, m, (w, h), flags=cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP,
-                          borderMode=cv2.BORDER_CONSTANT, borderValue=_fill3(fill))
-
-
-def warp_t(x: torch.Tensor, matrices: np.ndarray, fill=0) -> torch.Tensor:
-    """A float N x 3 x H x W batch, one inverse matrix per sample, in normalized coordinates
-    (grid_sample with align_corners=False: pixel edges at -1 and 1)."""
+def warp_t(x: torch.Tensor, matrices, fill=0) -> torch.Tensor:
+    """A float N x 3 x H x W batch, one inverse matrix per sample; outside the image ``fill``."""
     n, _, h, w = x.shape
-    m = np.asarray(matrices, dtype=np.float64).reshape(n, 2, 3)
-    scale = np.array([2.0 / w, 2.0 / h])
-    a = m[:, :, :2] * scale[None, :, None] / scale[None, None, :]
-    b = a.sum(axis=2) + m[:, :, 2] * scale - 1.0
-    theta = torch.as_tensor(np.concatenate([a, b[:, :, None]], axis=2), dtype=torch.float32,
-                            device=x.device)
-    grid = F.affine_grid(theta, [n, 3, h, w], align_corners=False)
-    out = F.grid_sample(x, grid.to(x.dtype), mode="nearest", padding_mode="zeros",
-                        align_corners=False)
+    grid = torch.cat([_grid(m, h, w, x.device) for m in matrices]).to(x.dtype)
+    out = F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
     colour = _fill3(fill)
     if any(colour):
-        inside = F.grid_sample(torch.ones_like(x[:, :1]), grid.to(x.dtype), mode="nearest",
-                               padding_mode="zeros", align_corners=False)
-        out = out + (1 - inside) * torch.tensor(colour, dtype=x.dtype, device=x.device).reshape(1, 3, 1, 1)
+        inside = F.grid_sample(torch.ones_like(x[:, :1]), grid, mode="nearest", padding_mode="zeros",
+                               align_corners=False)
+        fill_img = torch.tensor(colour, dtype=x.dtype, device=x.device).reshape(1, 3, 1, 1)
+        out = torch.where(inside < 0.5, fill_img, out)
     return out
+
+
+def warp_np(img: np.ndarray, matrix, fill=0) -> np.ndarray:
+    """One uint8 H x W x 3 image through one inverse matrix (torch on the CPU, as warp_t)."""
+    x = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1)[None].float()
+    out = warp_t(x, [matrix], fill)
+    return out[0].permute(1, 2, 0).round_().to(torch.uint8).numpy()

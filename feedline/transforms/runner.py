@@ -30,10 +30,12 @@ from .erasing import RandomErasing
 from .jitter import ColorJitter, RandomGrayscale
 from .mix import CutMix, Mixup, MixUp, check_label_range
 from .streams import generator, stream_of
+from .timm_augment import TimmRandAugment
+from .timm_erasing import TimmRandomErasing
 
-SAMPLE_OPS = {c.__name__: c for c in (RandAugment, TrivialAugmentWide, ColorJitter, RandomGrayscale,
-                                      GaussianBlur, RandomErasing)}
-BATCH_OPS = {c.__name__: c for c in (MixUp, CutMix, Mixup)}
+SAMPLE_OPS = {c.__name__: c for c in (RandAugment, TrivialAugmentWide, TimmRandAugment, ColorJitter,
+                                      RandomGrayscale, GaussianBlur, RandomErasing)}
+BATCH_OPS = {c.__name__: c for c in (MixUp, CutMix, Mixup, TimmRandomErasing)}
 
 
 def _resolve(item, i: int, argument: str, known: dict, other: dict, other_argument: str):
@@ -53,7 +55,7 @@ def _resolve(item, i: int, argument: str, known: dict, other: dict, other_argume
 
 
 def _name(step) -> str:
-    return type(step).__name__ if isinstance(step, (SampleOp, Mixup)) else getattr(
+    return type(step).__name__ if isinstance(step, (SampleOp, Mixup, TimmRandomErasing)) else getattr(
         step, "__qualname__", type(step).__name__)
 
 
@@ -141,7 +143,8 @@ class SampleTransforms:
 
 
 class BatchTransforms:
-    """The batch transforms: mixers (given ``num_classes`` when they lack it) and callables."""
+    """The batch transforms: mixers (given ``num_classes`` when they lack it), TimmRandomErasing
+    (on the normalized batch) and callables."""
 
     def __init__(self, transforms: Sequence = (), num_classes: int | None = None,
                  argument: str = "batch_transforms"):
@@ -153,7 +156,7 @@ class BatchTransforms:
                 raise TransformError(f"{argument}[{i}]: {type(item).__name__} is per sample: "
                                      f"it belongs in transforms")
             step = _resolve(item, i, argument, BATCH_OPS, SAMPLE_OPS, "transforms")
-            if isinstance(step, Mixup):
+            if isinstance(step, (Mixup, TimmRandomErasing)):
                 step = _bound(step, num_classes, seen)
             self.steps.append(step)
 
@@ -163,6 +166,9 @@ class BatchTransforms:
         for pos, step in enumerate(self.steps):
             if isinstance(step, Mixup):
                 images, targets = self._mix(step, pos, images, targets, seed, epoch, indices)
+                continue
+            if isinstance(step, TimmRandomErasing):
+                images = step.apply_batch(images, seed, epoch, indices)
                 continue
             out = step(images, targets)
             if (not isinstance(out, tuple) or len(out) != 2 or not isinstance(out[0], torch.Tensor)
@@ -182,7 +188,7 @@ class BatchTransforms:
     def _mix(self, step: Mixup, pos: int, images, targets, seed: int, epoch: int, indices):
         where = f"{self.argument}[{pos}] ({_name(step)})"
         if not isinstance(targets, dict):
-            return step(images, _mixable(targets), seed=seed, epoch=epoch, indices=indices)
+            return step(images, targets, seed=seed, epoch=epoch, indices=indices)
         if "boxes" in targets:
             raise TransformError(f"{where}: the targets have boxes, which a mixed image cannot keep; "
                                  f"drop the mixer, or the boxes field")
@@ -190,20 +196,17 @@ class BatchTransforms:
         if key is None:
             raise TransformError(f"{where}: mixing needs a 'label' (int) or 'labels' (multi-hot) target; "
                                  f"the targets have {', '.join(map(repr, targets))}")
-        images, mixed = step(images, _mixable(targets[key]), seed=seed, epoch=epoch, indices=indices)
+        images, mixed = step(images, targets[key], seed=seed, epoch=epoch, indices=indices,
+                             multi_hot=key == "labels")   # the store's multi-hot: timm's multi_label
         return images, {**targets, key: mixed}
 
 
-def _mixable(targets: torch.Tensor) -> torch.Tensor:
-    """Multi-hot targets (N, C) of any dtype as probabilities a mixer blends; int labels as they are."""
-    return targets.float() if targets.dim() == 2 and not targets.is_floating_point() else targets
-
-
-def _bound(mixer: Mixup, num_classes: int | None, seen: dict) -> Mixup:
-    """A copy of ``mixer`` on its own stream, with the store's number of classes if it has none."""
+def _bound(mixer, num_classes: int | None, seen: dict):
+    """A copy of a built-in batch op on its own stream; a mixer with the store's number of
+    classes if it has none."""
     m = copy.copy(mixer)
     name = type(m).__name__
     m._occurrence = seen[name] = seen.get(name, -1) + 1
-    if m.num_classes is None and num_classes is not None:
+    if isinstance(m, Mixup) and m.num_classes is None and num_classes is not None:
         m.num_classes = int(num_classes)
     return m

@@ -18,17 +18,21 @@ def posterize_np(img: np.ndarray, bits: int) -> np.ndarray:
 
 
 def solarize_np(img: np.ndarray, threshold: float) -> np.ndarray:
-    """Invert the values at or above ``threshold``."""
+    """Invert the values at or above ``threshold``, compared in float32 as torch compares a
+    uint8 tensor with a Python float."""
     values = np.arange(256)
-    return cv2.LUT(img, np.where(values >= threshold, 255 - values, values).astype(np.uint8))
+    inverted = values.astype(np.float32) >= np.float32(threshold)
+    return cv2.LUT(img, np.where(inverted, 255 - values, values).astype(np.uint8))
 
 
 def _stretch_lut(lo: int, hi: int) -> np.ndarray:
-    """autocontrast's table for one channel: (v - lo) * 255 / (hi - lo), truncated, as PIL."""
+    """autocontrast's table for one channel as torchvision's tensor path: (v - lo) divided by
+    (hi - lo) * (1 / 255) in float32, truncated."""
     values = np.arange(256, dtype=np.float32)
     if hi <= lo:
         return values.astype(np.uint8)
-    return np.clip(np.floor((values - lo) * 255 / np.float32(hi - lo)), 0, 255).astype(np.uint8)
+    inv_scale = np.float32(hi - lo) * np.float32(1.0 / 255)
+    return np.clip((values - np.float32(lo)) / inv_scale, 0, 255).astype(np.uint8)
 
 
 def autocontrast_np(img: np.ndarray) -> np.ndarray:
@@ -69,7 +73,8 @@ def solarize_t(x: torch.Tensor, threshold) -> torch.Tensor:
 def autocontrast_t(x: torch.Tensor) -> torch.Tensor:
     lo = x.amin(dim=(2, 3), keepdim=True)
     hi = x.amax(dim=(2, 3), keepdim=True)
-    stretched = torch.floor((x - lo) * 255 / torch.where(hi > lo, hi - lo, torch.ones_like(hi)))
+    inv_scale = torch.where(hi > lo, (hi - lo) * (1.0 / 255), torch.ones_like(hi))
+    stretched = torch.floor((x - lo) / inv_scale)
     return torch.where(hi > lo, stretched.clamp_(0, 255), x)
 
 

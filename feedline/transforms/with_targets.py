@@ -1,16 +1,17 @@
 """Which built-in transforms a store's targets allow. Boxes follow the crop and flip
-(`feedline.boxes`), but not the affine ops of RandAugment and TrivialAugmentWide (shear,
+(`feedline.boxes`), but not the affine ops of the auto-augments (shear,
 translate, rotate) nor a mixer's pasted or blended partner: with boxes these are refused
 before an epoch starts, by name, rather than delivering boxes that no longer match the
 pixels. Photometric ops (colour, blur, erasing) leave every box where it is and pass."""
 from __future__ import annotations
 
 from .autoaugment import RandAugment, TrivialAugmentWide
+from .timm_augment import TimmRandAugment
 from .base import TransformError
 from .mix import Mixup
 from .runner import BATCH_OPS, SAMPLE_OPS
 
-GEOMETRIC = (RandAugment, TrivialAugmentWide)   # their op sets include ShearX/Y, TranslateX/Y, Rotate
+GEOMETRIC = (RandAugment, TrivialAugmentWide, TimmRandAugment)   # their op sets include ShearX/Y, TranslateX/Y, Rotate
 
 
 def check_transforms_for_targets(fields, transforms=(), batch_transforms=()) -> None:
