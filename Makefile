@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO ?= demo
 
-.PHONY: demo test setup setup-test mutants gpu-wheels gpu-check clean
+.PHONY: demo test setup setup-test mutants gpu-wheels gpu-check gpu-dry-run clean
 
 # torch: the one already installed (in $(VENV), or the system Python's for a new one), else
 # TORCH (pip arguments), e.g. make demo TORCH='torch --index-url https://download.pytorch.org/whl/cpu';
@@ -40,11 +40,19 @@ mutants: setup-test
 gpu-wheels: setup-test
 	bash .ci/gpu/wheels.sh
 
-# On the lent H100/H200: install the carried wheels, run the whole suite and the GPU
-# benchmarks, write bench/results/gpu/<kind>/summary.json. Without CUDA it stops after
-# checking and installing the wheels, with exit code 3. GPU_CHECK_ARGS="--only tests,gpu_decode".
+# On the lent H100/H200, in ONE device call (.ci/gpu/README.md): install the carried wheels,
+# run the stages in order of value under hard caps (smoke, CUDA tests, loader, engine="gpu",
+# ResNet-50, DDP, grid splice, the CPU suite with CUDA hidden), results under $OUT after
+# every stage. Without CUDA it stops after the install and the smoke test, with exit code 3.
+# GPU_CHECK_ARGS="--budget-s 420" (python .ci/gpu/plan.py --device-left-s N says how much).
 gpu-check:
 	bash .ci/gpu/check.sh $(GPU_CHECK_ARGS)
+
+# Here: the whole plan of gpu-check with stand-ins that sleep, segfault and hang in place
+# of the GPU stages; fails unless the budget, the crash and hang reports, the kill of every
+# process of a stage and the summary after each stage all hold.
+gpu-dry-run: setup-test
+	$(PY) .ci/gpu/dryrun.py run $(GPU_DRY_RUN_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .hypothesis

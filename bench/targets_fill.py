@@ -85,7 +85,7 @@ def main(argv=None) -> None:
 
             def filler(store):
                 cols = store.target_columns
-                out = {n: np.zeros(s, d) for n, (s, d) in cols.batch_layout(len(idx), len(store.classes)).items()}
+                out = {n: np.zeros(s, d) for n, (s, d) in cols.batch_layout(len(idx)).items()}
                 return lambda: cols.fill(idx, out, crops=crops, flips=flips, size=spec.size)
 
             work = {"decode + crop (1 thread)": decode, "fill: label": filler(plain),

@@ -26,7 +26,7 @@ import h5py
 import numpy as np
 
 from feedline.errors import PackError
-from feedline.format import HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS, Columns, meta_to_bytes
+from feedline.format import COLUMN_NAMES, HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS, Columns, meta_to_bytes
 from feedline.targets import TARGET_DTYPES
 
 from .disk_space import write_failed
@@ -149,7 +149,7 @@ class Hdf5Writer(Writer):
         np.cumsum(lengths, out=offsets[1:])
         try:
             fields = {k: np.frombuffer(v, dtype=TARGET_DTYPES[k]) for k, v in columns.items()
-                      if k in TARGET_DTYPES and k != "labels"}   # the columns of fields beyond label
+                      if k in TARGET_DTYPES and k not in COLUMN_NAMES}   # the columns of fields beyond label
             data_offset = self._create_container(Columns.from_buffers(columns, len(lengths), self.partial_path),
                                                  meta, offsets, fields)
             if data_offset == self._base:

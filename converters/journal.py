@@ -30,6 +30,7 @@ def scan_digest(scan: ScanResult) -> str:
         h.update(b"%d\t%s\n" % (label, path.encode("utf-8", "surrogateescape")))
     if scan.targets is not None and scan.targets.fields:
         h.update(json.dumps(scan.fields, sort_keys=True).encode())
+        h.update(json.dumps(scan.class_lists, sort_keys=True).encode())
         for name, buf in scan.targets.to_bytes().items():
             h.update(b"\n%s %d\n" % (name.encode(), len(buf)))
             h.update(buf)

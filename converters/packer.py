@@ -33,7 +33,7 @@ from .disk_space import check_room_for, write_failed
 from .journal import JournalEntry, check_entries, scan_digest
 from .normalize import Conversion, Record, check_file, convert
 from .options import Layout, OnError, PackCheck, PackOptions, format_for
-from .records import target_column_bytes
+from .records import TargetRefused, add_target_columns, check_resizing, check_targets
 from .ordered import OrderedPool
 from .report import PackReport, Skip, write_error_report
 from .progress import progress_bar
@@ -103,6 +103,7 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
     not_taken = not_taken or []
     fmt = format_for(out, options.format)
     _check_out(out, options)
+    check_resizing(scan, options.max_side)
     writer = make_writer(fmt, out)
     leftovers = writer.leftovers()
     if leftovers and not options.resume:
@@ -130,13 +131,13 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
             raise PackError(_nothing_packed(scan, skipped))
         meta = make_meta(count=len(tally.labels), classes=scan.classes, pack_options=wanted,
                          source=scan.root, created=_utc_now(),
-                         feedline_version=__version__, shard=shard, fields=scan.fields)
+                         feedline_version=__version__, shard=shard, fields=scan.fields, class_lists=scan.class_lists)
         meta[INPUT_DIGEST_KEY] = digest
         # Known only when every JPEG's data was read: decoded, or transcoded to the grid.
         if options.check is PackCheck.DECODE or options.layout is Layout.GRID:
             meta["jpeg_warnings"] = tally.jpeg_warnings
         columns = column_bytes(tally.labels, tally.sizes, tally.paths, tally.checksums)
-        columns.update(target_column_bytes(scan, tally.paths))
+        clipped = add_target_columns(columns, scan, tally.paths, tally.sizes)   # boxes clipped to their image
         writer.finish(columns, meta, tally.lengths)
         try:
             report_path = write_error_report(out, skipped)
@@ -145,6 +146,9 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
             raise write_failed(out, exc) from None
         fsync_folder(os.path.dirname(out))
         writer.discard()  # the side files; the partial file itself is OUT now
+    except TargetRefused:   # the labels file must change: nothing to resume
+        writer.discard()
+        raise
     except _BadInput as bad:
         writer.discard()
         s = bad.skip
@@ -161,7 +165,7 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
     return PackReport(out=out, format=fmt.value, found=len(scan.paths) + len(not_taken), packed=len(tally.labels),
                       converted=tally.converted, jpeg_warnings=tally.jpeg_warnings, skipped=skipped, bytes_in=tally.source_bytes,
                       bytes_out=sum(tally.lengths), seconds=time.perf_counter() - started,
-                      resumed_from=resumed_from, error_report=report_path)
+                      resumed_from=resumed_from, error_report=report_path, boxes_clipped=clipped)
 
 
 def _check_space(scan: ScanResult, start: int, out: str, fmt: str, writer: Writer, fresh: bool,
@@ -259,10 +263,12 @@ def _commit_outcomes(outcomes, scan: ScanResult, writer: Writer, options: PackOp
             if entry.consumed % 64 == 0:
                 bar.set_postfix_str(_rate(read, started), refresh=False)
         if entry.consumed - tally.consumed >= options.commit_every or pending_bytes >= options.commit_bytes:
+            check_targets(scan, entry.paths, entry.sizes)   # as verify will: the sizes are known now
             writer.commit(entry)
             tally.add(entry)
             entry, pending_bytes = _new_entry(tally, wanted, digest), 0
     if entry.consumed > tally.consumed:
+        check_targets(scan, entry.paths, entry.sizes)
         writer.commit(entry)
         tally.add(entry)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from feedline.errors import PackError
 from feedline.scan import ScanResult
 
 from .options import PackOptions
@@ -61,11 +62,43 @@ def dct_draft(height: int, width: int, max_side: int) -> tuple[tuple[int, int], 
     return want, -(-width // d) * -(-height // d)
 
 
-def target_column_bytes(scan: ScanResult, paths: list[str]) -> dict[str, bytes]:
-    """The stored bytes of the fields beyond label (`feedline.targets`) of the records packed,
-    ``paths`` in record order; taken from the scan at the end, so a resumed pack needs no
-    targets in its journal."""
+class TargetRefused(PackError):
+    """A target that its image refuses (a box wholly outside it): the labels file must change."""
+
+
+def add_target_columns(columns: dict, scan: ScanResult, paths: list[str], sizes: list[list[int]]) -> int:
+    """Add to ``columns`` the stored bytes of the fields beyond label (`feedline.fields`) of the
+    records packed, ``paths`` in record order, fitted to their images (``sizes``: boxes partly
+    outside are clipped); returns how many values were fitted. Taken from the scan at the end,
+    so a resumed pack needs no targets in its journal."""
     if scan.targets is None or not scan.targets.fields:
-        return {}
-    place = {p: i for i, p in enumerate(scan.paths)}
-    return scan.targets.take([place[p] for p in paths]).to_bytes()
+        return 0
+    fitted, changed = scan.targets.take([scan.places[p] for p in paths]).fitted(sizes)
+    columns.update(fitted.to_bytes())
+    return changed
+
+
+def check_resizing(scan: ScanResult, max_side: int | None) -> None:
+    """PackError before anything is written when --max-side would shrink images whose targets
+    are in their source pixels (boxes, keypoints): those would no longer match the pixels."""
+    kinds = [] if max_side is None or scan.targets is None else \
+        [name for name, f in scan.targets.kinds.items() if f.in_pixels]
+    if kinds:
+        raise PackError(f"{scan.labels_file}: its {' and '.join(kinds)} are in source pixels, and --max-side "
+                        f"{max_side} would shrink the larger images under them: pack without --max-side (the "
+                        "loader resizes every crop anyway)")
+
+
+def check_targets(scan: ScanResult, paths: list[str], sizes: list[list[int]]) -> None:
+    """TargetRefused naming the labels file, its row and the file for the first target of the
+    records ``paths`` that its image refuses (``sizes``: the stored (height, width) of each), by
+    the rule ``feedline verify`` applies (a box wholly outside its image)."""
+    if scan.targets is None or not scan.targets.fields or not paths:
+        return
+    problems = scan.targets.take([scan.places[p] for p in paths]).problems(sizes)
+    if problems:
+        k, text = problems[0]
+        more = f"; {len(problems) - 1} more in these {len(paths)} files" if len(problems) > 1 else ""
+        raise TargetRefused(f"{scan.labels_file}: {scan.rows.get(paths[k], 'the row')} ({paths[k]}): {text}: correct "
+                            f"it in the labels file (coordinates in the pixels of the image as stored) or remove "
+                            f"it{more}; nothing written")

@@ -63,6 +63,7 @@ class PackReport:
     error_report: str | None = None
     shards: list["PackReport"] = field(default_factory=list)   # a sharded pack: one report per shard
     already_complete: bool = False  # --resume found OUT complete, from the same input and options
+    boxes_clipped: int = 0         # boxes partly outside their image, clipped to it
 
     @property
     def skipped_by_reason(self) -> dict[str, int]:
@@ -84,6 +85,8 @@ class PackReport:
         if self.resumed_from:
             lines.append(f"  resumed after {self.resumed_from} files packed by an earlier run")
         lines.append(f"  converted to JPEG: {self.converted}")
+        if self.boxes_clipped:
+            lines.append(f"  boxes partly outside their image, clipped to it: {self.boxes_clipped}")
         if self.jpeg_warnings:
             lines.append(f"  packed with a harmless libjpeg warning (extraneous bytes, a bad ICC or EXIF "
                          f"segment; the image decodes to the end): {self.jpeg_warnings}")

@@ -130,7 +130,8 @@ def _combined(reports: list[PackReport], out: str, fmt: str, seconds: float) -> 
                       converted=sum(r.converted for r in reports),
                       jpeg_warnings=sum(r.jpeg_warnings for r in reports), skipped=[s for r in reports for s in r.skipped],
                       bytes_in=sum(r.bytes_in for r in reports), bytes_out=sum(r.bytes_out for r in reports),
-                      seconds=seconds, resumed_from=sum(r.resumed_from for r in reports), shards=reports)
+                      seconds=seconds, resumed_from=sum(r.resumed_from for r in reports), shards=reports,
+                      boxes_clipped=sum(r.boxes_clipped for r in reports))
 
 
 _SHARD_RE = r"-(\d{5})-of-(\d{5})"

@@ -1,8 +1,8 @@
 """What a data set holds, from its columns and metadata alone: nothing is decoded.
 
-``describe`` backs ``feedline info``: record and class counts, encoded bytes, the
-spread of image sizes, the format, how the file was packed, and its fields (labels and
-boxes per image, target ranges: `feedline.target_stats`).
+``describe`` backs ``feedline info``: record and class counts (each field with classes has
+its own list), encoded bytes, the spread of image sizes, the format, how the file was packed,
+and its fields (what each kind's ``stats`` says: labels and boxes per image, target ranges).
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from .fields import KINDS
 from .stores import Store, open_dataset
-from .target_stats import describe_fields, field_stats
 
 
 @dataclass
@@ -48,8 +48,8 @@ class DatasetInfo:
     shards: list[str]                # the shard files of a sharded data set; empty otherwise
     file_bytes: int                  # the file on disk; for a folder, its images together
     count: int
-    classes: list[ClassCount]        # in label order
-    labels_out_of_range: int         # records whose label names no class (0 in a sound file)
+    classes: list[ClassCount]        # the label's classes (or else the first field's), in label order
+    labels_out_of_range: int         # records whose label (or labels, box) names no class (0 in a sound file)
     image_bytes: int                 # encoded images together
     mean_image_bytes: float
     height: SizeStats | None
@@ -58,7 +58,8 @@ class DatasetInfo:
     source: str | None = None
     created: str | None = None
     feedline_version: str | None = None
-    fields: dict = field(default_factory=dict)   # field name -> its statistics (`target_stats.field_stats`)
+    fields: dict = field(default_factory=dict)   # field name -> its statistics (its kind's ``stats``)
+    class_lists: dict = field(default_factory=dict)   # field name -> [ClassCount] (records naming each class)
     jpeg_warnings: int | None = None   # records packed with a benign libjpeg warning (pack --check decode)
 
     def to_dict(self) -> dict:
@@ -75,13 +76,10 @@ def describe(dataset: Store | str | os.PathLike | list) -> DatasetInfo:
 
 def _describe(store: Store) -> DatasetInfo:
     meta = store.meta
-    labels = np.asarray(store.labels)
-    k = len(store.classes)
-    in_range = (labels >= 0) & (labels < k)
-    if "label" not in store.fields:   # no single class per record: the labels column holds -1
-        in_range[:] = True
-        labels = _class_occurrences(store)
-    counts = np.bincount(labels[(labels >= 0) & (labels < k)], minlength=k) if k else np.zeros(0, dtype=np.int64)
+    columns = store.target_columns
+    lists = {name: [ClassCount(label, str(c), int(n)) for label, (c, n) in
+                    enumerate(zip(store.class_lists[name], columns.class_occurrences(name)))]
+             for name in columns.class_lists}
     lengths = store.byte_lengths()
     sizes = np.asarray(store.sizes).reshape(-1, 2)
     image_bytes = int(lengths.sum())
@@ -97,9 +95,8 @@ def _describe(store: Store) -> DatasetInfo:
         shards=list(meta.get("shards") or []),
         file_bytes=file_bytes,
         count=len(store),
-        classes=[ClassCount(label, str(name), int(n))
-                 for label, (name, n) in enumerate(zip(store.classes, counts))],
-        labels_out_of_range=int((~in_range).sum()),
+        classes=next(iter(lists.values()), []),
+        labels_out_of_range=columns.naming_no_class(),
         image_bytes=image_bytes,
         mean_image_bytes=image_bytes / len(store) if len(store) else 0.0,
         height=SizeStats.of(sizes[:, 0]),
@@ -108,19 +105,15 @@ def _describe(store: Store) -> DatasetInfo:
         source=meta.get("source"),
         created=meta.get("created"),
         feedline_version=meta.get("feedline_version"),
-        fields=field_stats(store.target_columns),
+        fields=columns.stats(),
+        class_lists=lists,
         jpeg_warnings=meta.get("jpeg_warnings"),
     )
 
 
-def _class_occurrences(store: Store) -> np.ndarray:
-    """Without a label field, a class counts the records whose labels name it (or its boxes)."""
-    a, k = store.target_columns.arrays, max(len(store.classes), 1)
-    for offsets, classes in (("label_set_offsets", "label_set_classes"), ("box_offsets", "box_classes")):
-        if classes in a:
-            owner = np.repeat(np.arange(len(store)), np.diff(a[offsets]))
-            return np.unique(owner * k + a[classes]) % k   # once per record however often it names it
-    return np.zeros(0, dtype=np.int64)
+def describe_fields(stats: dict[str, dict]) -> str:
+    """One line for people: each field and what it holds."""
+    return ", ".join(KINDS[name].describe(s) for name, s in stats.items())
 
 
 def human_bytes(n: float) -> str:
@@ -151,7 +144,8 @@ def format_info(info: DatasetInfo, max_classes: int = 20) -> str:
                      "none (packed before format version 2: pack again to add them)"))
     rows += [
         ("records", f"{info.count:,}"),
-        ("classes", f"{len(info.classes):,}"),
+        ("classes", ", ".join(f"{len(c):,} ({name})" for name, c in info.class_lists.items())
+         if len(info.class_lists) > 1 else f"{len(info.classes):,}"),
         ("fields", describe_fields(info.fields)),
         ("image bytes", f"{human_bytes(info.image_bytes)} total, {human_bytes(info.mean_image_bytes)} mean"),
     ]
@@ -172,12 +166,22 @@ def format_info(info: DatasetInfo, max_classes: int = 20) -> str:
             rows.append((name, str(value)))
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
-    if info.classes:
+    lists = info.class_lists or {"": info.classes}
+    for name, classes in lists.items():
+        if not classes:
+            continue
         lines.append("")
-        shown = info.classes[:max_classes]
-        name_width = max(len("class"), *(len(c.name) for c in shown))
-        lines.append(f"  {'label':>5}  {'class':<{name_width}}  {'records':>9}")
-        lines.extend(f"  {c.label:>5}  {c.name:<{name_width}}  {c.count:>9,}" for c in shown)
-        if len(info.classes) > max_classes:
-            lines.append(f"  ... {len(info.classes) - max_classes:,} more (use --json for all)")
+        if len(lists) > 1:
+            lines.append(f"{name}: {len(classes):,} classes")
+        lines += _class_table(classes, max_classes)
     return "\n".join(lines)
+
+
+def _class_table(classes: list[ClassCount], max_classes: int) -> list[str]:
+    shown = classes[:max_classes]
+    name_width = max(len("class"), *(len(c.name) for c in shown))
+    lines = [f"  {'label':>5}  {'class':<{name_width}}  {'records':>9}"]
+    lines.extend(f"  {c.label:>5}  {c.name:<{name_width}}  {c.count:>9,}" for c in shown)
+    if len(classes) > max_classes:
+        lines.append(f"  ... {len(classes) - max_classes:,} more (use --json for all)")
+    return lines

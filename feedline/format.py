@@ -7,10 +7,14 @@ anywhere.
 
 Versions: 2 adds the ``checksums`` column (xxh3_64 of each record's bytes, computed
 at pack time, checked by ``Store.read_checked``). Version-1 files still open, without
-checksums. 3 adds fields beyond one label (`feedline.targets`: several labels, numeric
-targets, boxes): the metadata's ``"fields"`` names them with their specs, and each has its
-columns. A store with the label alone is written as version 2, which older feedlines read
-too. A reader refuses a version it does not know, naming both.
+checksums. 3 adds fields beyond one label (`feedline.fields`: several labels, numeric
+targets, boxes, keypoints): the metadata's ``"fields"`` names them with their specs, and each
+has its columns. 4 gives each field with classes its own class list and numbering: the
+metadata's ``"class_lists"`` maps each such field to its list (``"classes"`` repeats the
+label's list, or else the first field's, for tools that read one list). In versions 1 to 3
+every field shares ``"classes"``, and is read so. A store with the label alone is written as
+version 2, which older feedlines read too. A reader refuses a version it does not know,
+naming both.
 
 LMDB (one file, ``subdir=False``)::
 
@@ -60,12 +64,13 @@ if TYPE_CHECKING:
     import numpy as np
 
 from .errors import StoreError
-from .fields import LABEL_ONLY, FieldsError, check_fields
+from .fields import LABEL_ONLY, FieldsError, check_class_lists, check_fields, class_fields
 
 FORMAT_NAME = "feedline"
-FORMAT_VERSION = 3                 # the newest version this code writes (with fields beyond label)
+FORMAT_VERSION = 4                 # the newest version this code writes (fields beyond label, a class list each)
 LABEL_ONLY_VERSION = 2             # what it writes for a store with the label alone
-KNOWN_VERSIONS = (1, 2, 3)         # what it reads
+KNOWN_VERSIONS = (1, 2, 3, 4)      # what it reads
+CLASS_LISTS_VERSION = 4            # the first with a class list per field
 CHECKSUM_NAME = "xxh3_64"          # the algorithm, recorded in the metadata
 
 # The checksum of one record's bytes (any bytes-like object), as an int < 2**64.
@@ -179,10 +184,14 @@ class Columns:
 
 
 def make_meta(*, count: int, classes: list[str], pack_options: dict, source: str,
-              created: str, feedline_version: str, shard: dict | None = None, fields: dict | None = None) -> dict:
+              created: str, feedline_version: str, shard: dict | None = None, fields: dict | None = None,
+              class_lists: dict[str, list[str]] | None = None) -> dict:
+    """The data-set metadata; with fields beyond label, ``class_lists`` (field -> its classes) replace ``classes``."""
     extra = {} if shard is None else {"shard": shard}
     if fields is not None and fields != LABEL_ONLY:
         extra["fields"] = check_fields(fields)
+        extra["class_lists"] = {name: list((class_lists or {}).get(name, [])) for name in class_fields(fields)}
+        classes = next(iter(extra["class_lists"].values()), [])
     return extra | {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION if "fields" in extra else LABEL_ONLY_VERSION,
@@ -231,6 +240,8 @@ def parse_meta(raw: bytes | str, where: str) -> dict:
     if version >= 3:
         try:
             meta["fields"] = check_fields(meta.get("fields"))
+            if version >= CLASS_LISTS_VERSION:
+                meta["class_lists"] = check_class_lists(meta.get("class_lists"), meta["fields"])
         except FieldsError as exc:
             raise StoreError(f"{where}: the metadata's fields are damaged ({exc}). Pack it again.") from None
     return meta
@@ -239,6 +250,14 @@ def parse_meta(raw: bytes | str, where: str) -> dict:
 def fields_of(meta: dict) -> dict[str, dict]:
     """The fields of a file with this (parsed) metadata: the label alone before version 3."""
     return meta.get("fields") or dict(LABEL_ONLY)
+
+
+def class_lists_of(meta: dict) -> dict[str, list[str]]:
+    """Each field's class list (field -> names): before version 4, every field with classes
+    shares the one list ``"classes"``."""
+    if "class_lists" in meta:
+        return {name: list(v) for name, v in meta["class_lists"].items()}
+    return {name: list(meta.get("classes", [])) for name in class_fields(fields_of(meta))}
 
 
 def has_checksums(meta: dict) -> bool:

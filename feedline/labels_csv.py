@@ -1,7 +1,8 @@
 """The rows of a labels CSV: (row number, {column: text}), columns named by a header row.
 
-Columns: ``path`` (required), ``label``, ``labels`` (classes separated by ';'), ``target``
-(a number, or numbers separated by ';'); `labels_file` gives the values their meaning. A
+Columns: ``path`` (required), then one per field kind (`feedline.fields`): ``label``,
+``labels`` (classes separated by ';'), ``target`` (a number, or numbers separated by ';');
+`labels_file` gives the values their meaning (and refuses the kinds that need JSON Lines). A
 header row is recognized by its words (``path,label``, ``relative path,label``, ``file,class``,
 ``image,labels``, ...) or, in a two-column file, because its label is not an integer while
 every other row's is. A file without a header is the classic ``path,label``: exactly two
@@ -14,14 +15,14 @@ import os
 import posixpath
 
 from .errors import FeedlineError
+from .fields import KINDS
 
 _PATH_WORDS = {"path", "file", "filename", "file_name", "file name", "relative path", "relative_path",
                "relpath", "image", "image_path", "image path", "img", "name", "filepath", "file path"}
-_LABEL_WORDS = {"label", "class", "class_name", "class name", "classname", "category", "y"}
-COLUMN_WORDS = {**{w: "path" for w in _PATH_WORDS}, **{w: "label" for w in _LABEL_WORDS},
-                "labels": "labels", "classes": "labels", "target": "target", "targets": "target",
-                "boxes": "boxes"}
-COLUMNS = ("path", "label", "labels", "target", "boxes")
+COLUMN_WORDS = {**{w: "path" for w in _PATH_WORDS},   # a header's words -> the column (each kind's own words)
+                **{w: name for name, kind in KINDS.items() for w in (name, *kind.header_words)}}
+COLUMNS = ("path", *KINDS)   # path, then a column per field kind
+HEADERLESS = ["path", "label"]   # the columns of a file without a header row
 SEVERAL = ("for several classes per image write a header row `path,labels` and separate the classes "
            "with ';' ({example}); for several numbers per image, `path,target` the same way")
 
@@ -66,7 +67,7 @@ def _header(rows: list[tuple[int, list[str]]], labels_csv: str) -> list[str] | N
     # "relative path,label" or any other words: a non-integer label above integer ones
     if (len(rows) > 1 and len(first) == 2 and not is_int(first[1])
             and all(len(cells) > 1 and is_int(cells[1]) for _, cells in rows[1:])):
-        return ["path", "label"]
+        return list(HEADERLESS)
     return None
 
 
@@ -90,9 +91,9 @@ def read_csv(labels_csv: str) -> tuple[list[str], list[tuple[int, str, dict[str,
     for line, cells in rows:
         if names is None and len(cells) < 2:
             raise FeedlineError(f"{labels_csv}: row {line} needs two columns: relative path, label")
-        expected = names or ["path", "label"]
+        expected = names or HEADERLESS
         if len(cells) > len(expected):
-            advice = SEVERAL.format(example=f"{cells[0]},{';'.join(cells[1:])}") if expected == ["path", "label"] \
+            advice = SEVERAL.format(example=f"{cells[0]},{';'.join(cells[1:])}") if expected == HEADERLESS \
                 else "give each row one cell per column, and quote a cell that holds a comma"
             what = "the header names" if names else "a labels file without a header row has"
             raise FeedlineError(f"{labels_csv}: row {line} has {len(cells)} columns, but {what} "
@@ -102,4 +103,4 @@ def read_csv(labels_csv: str) -> tuple[list[str], list[tuple[int, str, dict[str,
             raise FeedlineError(f"{labels_csv}: row {line} has no {missing} (columns: {','.join(expected)})")
         values = dict(zip(expected, cells, strict=True))
         out.append((line, relative_path(values.pop("path"), labels_csv, f"row {line}"), values))
-    return (names or ["path", "label"]), out
+    return (names or HEADERLESS), out

@@ -1,8 +1,9 @@
 """The rows of a JSON Lines labels file: one object per line, the same keys on every line.
 
-Keys: ``path`` (required), ``label`` (a class: name or integer), ``labels`` (a list of
-classes), ``target`` (a number or a list of numbers), ``boxes`` (a list of
-[x0, y0, x1, y1, class] in source pixels). `labels_file` gives the values their meaning.
+Keys: ``path`` (required), then one per field kind (`feedline.fields`): ``label`` (a class:
+name or integer), ``labels`` (a list of classes), ``target`` (a number or a list of numbers),
+``boxes`` (a list of [x0, y0, x1, y1, class] in source pixels), ``keypoints`` (a list of
+[x, y, visible]). `labels_file` gives the values their meaning.
 """
 from __future__ import annotations
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple
 
 from .errors import FeedlineError
-from .fields import LABEL_ONLY
+from .fields import LABEL_ONLY, class_fields
 
 if TYPE_CHECKING:
     from .targets import TargetColumns
@@ -51,8 +52,20 @@ class ScanResult:
     labels: list[int]     # the label field; -1 each when the labels file has no label column
     classes: list[str]
     problems: list[Unscanned] = field(default_factory=list)
-    fields: dict[str, dict] = field(default_factory=lambda: dict(LABEL_ONLY))   # see `feedline.targets`
+    fields: dict[str, dict] = field(default_factory=lambda: dict(LABEL_ONLY))   # see `feedline.fields`
     targets: TargetColumns | None = None    # the fields other than label, in the order of paths
+    class_lists: dict[str, list[str]] = field(default_factory=dict)   # each field's own classes
+    labels_file: str | None = None          # where the labels came from, for messages
+    rows: dict[str, str] = field(default_factory=dict)   # path -> "row 7" / "line 7" of the labels file
+
+    def __post_init__(self):
+        if not self.class_lists:   # a class-folder scan: the label's list
+            self.class_lists = {name: list(self.classes) for name in class_fields(self.fields)}
+
+    @cached_property
+    def places(self) -> dict[str, int]:
+        """Each path's place in ``paths``."""
+        return {p: i for i, p in enumerate(self.paths)}
 
     def part(self, indices) -> "ScanResult":
         """The files ``indices`` (a shuffle, a shard), with their labels and targets."""
@@ -233,7 +246,9 @@ def _scan_with_csv(root: str, labels_file: str) -> ScanResult:
                  for rel in images if rel not in table.rows]
     places = [table.position[p] for p in paths]
     return ScanResult(root, paths, [table.labels[k] for k in places], table.classes, problems,
-                      fields=table.fields, targets=None if table.targets is None else table.targets.take(places))
+                      fields=table.fields, targets=None if table.targets is None else table.targets.take(places),
+                      class_lists=table.class_lists, labels_file=labels_file,
+                      rows={rel: f"{table.unit} {line}" for rel, line in table.rows.items()})
 
 
 def _log_problems(root: str, problems: list[Unscanned]) -> None:

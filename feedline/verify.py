@@ -25,7 +25,6 @@ from .decoders import jpeg_warnings
 from .errors import FeedlineError, StoreError
 from .format import checksum
 from .stores import Store, open_dataset
-from .target_stats import field_problems
 
 if TYPE_CHECKING:
     from .decoders.base import Decoder
@@ -184,10 +183,10 @@ def _file_problems(store: Store) -> list[Problem]:
 
 
 def _label_problems(store: Store) -> list[Problem]:
-    """Every field's classes in range, targets finite, boxes with an area inside their image."""
+    """Each field's own check (`feedline.fields`): classes in their field's list, targets finite,
+    boxes with an area inside their image, keypoints labelled inside it."""
     sizes = None if store.kind == "folder" else store.sizes   # a folder's sizes cost a read of every header
-    return [Problem(i, store.path(i), text)
-            for i, text in field_problems(store.target_columns, len(store.classes), sizes)]
+    return [Problem(i, store.path(i), text) for i, text in store.target_columns.problems(sizes)]
 
 
 @dataclass

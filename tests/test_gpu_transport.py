@@ -83,6 +83,8 @@ def test_bundles_respect_the_limits_and_cover_every_byte_in_order(wheels, tmp_pa
     assert big["encoding"] == "xz" and len(big["parts"]) >= 2
     assert by_file[wheels["core"].name]["encoding"] == "raw"
     assert manifest["wheels"][0]["group"] == "core"             # what feedline needs comes first
+    assert {p["bundle"] for w in manifest["wheels"] if w["group"] == "core" for p in w["parts"]} == {"bundle-1"}
+    assert all(p["bundle"] != "bundle-1" for w in manifest["wheels"] if w["group"] == "dali" for p in w["parts"])
     for wheel in manifest["wheels"]:
         blob = b"".join((out / p["bundle"] / p["name"]).read_bytes() for p in wheel["parts"])
         assert sum(p["size"] for p in wheel["parts"]) == len(blob)
@@ -156,41 +158,66 @@ def test_closure_follows_extras_and_names_what_is_missing(tmp_path):
     assert closure.unmet(roots, carried, tight) == ["six>=1.16 but the GPU image has six 1.15"]
 
 
-def test_the_check_stops_at_the_cuda_stage_with_the_wheels_installed(wheels, tmp_path):
+def test_the_check_stops_after_the_smoke_test_without_cuda(wheels, tmp_path):
     manifest = pack_small(wheels, tmp_path)
-    work = tmp_path / "work"
-    env = dict(os.environ, FEEDLINE_GPU_WORK=str(work), GPU_WHEELS_OUT=str(tmp_path / "bundles"),
+    work, out = tmp_path / "work", tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, FEEDLINE_GPU_WORK=str(work), GPU_WHEELS_OUT=str(tmp_path / "bundles"), OUT=str(out),
                PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="", PIP_NO_INDEX="1")
     results = REPO / "bench" / "results" / "gpu"
     before = sorted(results.rglob("*")) if results.exists() else []
-    proc = subprocess.run(["bash", str(GPU_CI / "check.sh")], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(["bash", str(GPU_CI / "check.sh"), "--budget-s", "120"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "no CUDA device" in proc.stderr and "2 wheels checked and installed" in proc.stderr
+    assert "no CUDA device" in proc.stderr
     stages = work / "stages"
-    assert json.loads((stages / "cuda.json").read_text())["available"] is False
-    installed = json.loads((stages / "install.json").read_text())
-    assert sorted(installed["installed"]) == sorted(w["file"] for w in manifest["wheels"])
+    setup = json.loads((stages / "core.setup.json").read_text())
+    assert sorted(setup["installed"]) == sorted(w["file"] for w in manifest["wheels"] if w["group"] == "core")
+    assert setup["missing"] == [] and setup["problems"] == []
+    smoke = json.loads((stages / "core.smoke.json").read_text())
+    assert smoke["available"] is False
+    assert json.loads((stages / "core.cuda_tests.json").read_text())["status"] == "skipped"
     probe = subprocess.run([sys.executable, "-c", "import fl_gpu_probe; print(fl_gpu_probe.VALUE)"],
                            env=dict(os.environ, PYTHONPATH=str(work / "site")), capture_output=True, text=True)
     assert probe.stdout.strip() == "42"
-    assert not (stages / "tests.json").exists() and not (stages / "data.json").exists()
-    assert (sorted(results.rglob("*")) if results.exists() else []) == before   # nothing written for a GPU kind
+    summary_out = json.loads((out / "summary.json").read_text())   # the device tool's $OUT has it all
+    assert list(summary_out["stages"])[:2] == ["core.setup", "core.smoke"]
+    assert summary_out["stages"]["core.setup"]["status"] == "ok"
+    with tarfile.open(out / "gpu-results.tar.gz") as tar:
+        assert "bench/results/gpu/unknown/summary.json" in tar.getnames()
+    assert (sorted(results.rglob("*")) if results.exists() else []) == before   # nothing written in the repository
 
 
-def test_the_check_refuses_an_unknown_stage(tmp_path):
-    proc = subprocess.run(["bash", str(GPU_CI / "check.sh"), "--only", "tests,benchmark"], capture_output=True,
+def test_the_check_refuses_a_budget_with_no_room(tmp_path):
+    proc = subprocess.run(["bash", str(GPU_CI / "check.sh"), "--budget-s", "12"], capture_output=True,
                           text=True, env=dict(os.environ, PYTHON=sys.executable, FEEDLINE_GPU_WORK=str(tmp_path)))
-    assert proc.returncode == 2 and "unknown stage 'benchmark'" in proc.stderr
+    assert proc.returncode == 2 and "leaves no room for any stage" in proc.stderr
+
+
+def test_a_pip_failure_is_reported_with_its_error(tmp_path):
+    """A wheel pip refuses: the setup stage fails, says pip's error, and the check goes on."""
+    bad = tmp_path / "dl" / "core" / "broken_lib-1.0-py3-none-any.whl"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"this is not a zip file")
+    bundle.pack({"core": bad.parent}, tmp_path / "bundles", tmp_path / "cache", 24 * KIB, 16 * KIB)
+    work = tmp_path / "work"
+    env = dict(os.environ, FEEDLINE_GPU_WORK=str(work), GPU_WHEELS_OUT=str(tmp_path / "bundles"),
+               PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="", PIP_NO_INDEX="1")
+    proc = subprocess.run(["bash", str(GPU_CI / "check.sh"), "--budget-s", "60"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert "pip install FAILED" in proc.stdout and "broken_lib" in proc.stdout
+    setup = json.loads((work / "stages" / "core.setup.json").read_text())
+    assert setup["status"] == "failed" and "broken_lib" in setup["tail"]
+    assert (work / "stages" / "core.smoke.json").is_file()   # the next stage still ran
 
 
 def test_junit_counts(tmp_path):
-    import check
+    import pytest_runs
     xml = tmp_path / "j.xml"
     xml.write_text('<testsuites><testsuite name="pytest" tests="10" failures="1" errors="1" skipped="3" '
                    'time="2.5"/></testsuites>')
-    assert check.junit_counts(xml) == {"tests_passed": 5, "tests_failed": 2, "tests_skipped": 3, "seconds": 2.5}
-    assert check.junit_counts(tmp_path / "missing.xml")["tests_failed"] is None
+    assert pytest_runs.junit_counts(xml) == {"passed": 5, "failed": 2, "skipped": 3}
+    assert pytest_runs.junit_counts(tmp_path / "missing.xml") is None
 
 
 @pytest.mark.parametrize("name, kind", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
@@ -200,48 +227,57 @@ def test_kind_from_the_device_name(name, kind):
 
 
 def test_summary_targets_say_what_was_missed_and_why(tmp_path):
-    stages, repo = tmp_path / "stages", tmp_path / "repo"
+    stages, results, logs = tmp_path / "stages", tmp_path / "results", tmp_path / "logs"
     stages.mkdir()
+    logs.mkdir()
+    (logs / "core.loader.log").write_text("x" * 100_000)
     bench = {
         "loader": {"loader_img_s": 12_500.0, "torchvision_img_s": 3_000.0, "diagnosis": None},
-        "gpu_decode": {"cpu_threads_img_s": 10_000.0, "gpu_decode_img_s": 12_000.0, "dali_mixed_img_s": None,
-                       "results": [{"name": "dali", "reason": "ImportError: no DALI"}]},
+        "gpu_decode": {"cpu_threads_img_s": 10_000.0, "gpu_decode_img_s": 12_000.0, "results": []},
         "prefetch": {"hidden_fraction": 0.97},
         "resnet50": {"real_images_per_s": 2_700.0, "synthetic_images_per_s": 3_000.0,
                      "resnet50_real_over_synthetic": 0.9, "diagnosis": "input-bound: waited 9%",
                      "epochs": [{"epoch": 0, "data_wait": 0.09}]},
         "ddp": {"ddp_ok": True},
     }
+    at = 0
+    (stages / "core.smoke.json").write_text(json.dumps({
+        "status": "ok", "order": 1, "device": "NVIDIA H100 80GB HBM3", "gpus": 1, "cuda": "13.0", "torch": "2.11.0",
+        "nvimgcodec": "0.9.0.20", "region_decode_safe": False, "available": True}))
     for stage, payload in bench.items():
+        at += 1
         (tmp_path / f"{stage}.json").write_text(json.dumps(payload))
-        (stages / f"bench-{stage}.json").write_text(json.dumps({"ok": True, "json": str(tmp_path / f"{stage}.json")}))
-    (stages / "tests.json").write_text(json.dumps({"runs": {
-        "suite_not_cuda": {"tests_passed": 400, "tests_failed": 0, "tests_skipped": 2},
-        "cuda": {"tests_passed": 20, "tests_failed": 1, "tests_skipped": 0}}}))
-    (stages / "install.json").write_text(json.dumps({"imports": {"dali": {"ok": False, "error": "ImportError"}}}))
-    (stages / "wheels.json").write_text(json.dumps({"groups": {"dali": {"missing": ["dali.whl"]}}}))
-    info = {"device": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "cuda": "13.0", "torch": "2.11.0",
-            "cpu_cores": 16}
+        (stages / f"core.{stage}.json").write_text(json.dumps({"status": "ok", "order": 2 + at,
+                                                               "json": str(tmp_path / f"{stage}.json")}))
+    (stages / "core.grid_splice.json").write_text(json.dumps({
+        "status": "crashed", "signal": "SIGSEGV", "order": 9, "tail": "Fatal Python error: Segmentation fault"}))
+    (stages / "core.cuda_tests.json").write_text(json.dumps({
+        "status": "problems", "order": 2, "passed": 20, "failed": 0, "skipped": 0, "crashed": ["test_a.py"],
+        "files": [{"file": "test_a.py", "status": "crashed", "signal": "SIGSEGV", "running_when_stopped": "t::x"},
+                  {"file": "test_b.py", "status": "ok"}]}))
     out = tmp_path / "out"
     out.mkdir()
-    path = summary.write(stages, repo, info, copy_to=str(out))
-    assert path == repo / "bench" / "results" / "gpu" / "h100" / "summary.json"
+    path = summary.write(stages, logs, results, out)
+    assert path == results / "bench" / "results" / "gpu" / "h100" / "summary.json"
     assert (out / "summary.json").read_text() == path.read_text()
-    with tarfile.open(out / "gpu-results-h100.tar.gz") as tar:
-        assert "bench/results/gpu/h100/loader_img_s.json" in tar.getnames()
+    with tarfile.open(out / "gpu-results.tar.gz") as tar:
+        names = tar.getnames()
+    assert "bench/results/gpu/h100/loader_img_s.json" in names and "bench/results/gpu/h100/logs/core.loader.log" in names
+    assert (path.parent / "logs" / "core.loader.log").stat().st_size == summary.LOG_TAIL
     s = json.loads(path.read_text())
+    assert list(s["stages"])[:2] == ["core.smoke", "core.cuda_tests"]              # in the order they ran
+    assert s["stages"]["core.grid_splice"]["status"] == "crashed" and s["stages"]["core.grid_splice"]["signal"] == "SIGSEGV"
     by_check = {t["check"].split(":")[0].split(" /")[0]: t for t in s["targets"]}
     assert by_check["loader_img_s"]["passed"] is True and "why" not in by_check["loader_img_s"]
     assert by_check["gpu_decode_img_s"]["measured"] == pytest.approx(1.2) and by_check["gpu_decode_img_s"]["passed"] is False
-    assert by_check["dali_mixed_img_s"]["passed"] is None and "no DALI" in by_check["dali_mixed_img_s"]["why"]
+    assert by_check["dali_mixed_img_s"]["passed"] is None and by_check["dali_mixed_img_s"]["why"] == "not run"
     assert by_check["resnet50_real_over_synthetic"]["why"] == "input-bound: waited 9%"
-    assert s["tests"]["tests_passed"] == 420 and s["tests"]["tests_failed"] == 1
-    assert s["dali"]["installed"] is False and "dali.whl" in s["dali"]["reason"]
-    assert s["figures"]["prefetch_overlap"] == 0.97 and s["device"] == "NVIDIA H100 80GB HBM3"
+    assert by_check["tests"]["passed"] is False and "test_a.py: crashed (SIGSEGV) in t::x" in by_check["tests"]["why"]
+    assert s["figures"]["prefetch_overlap"] == 0.97 and s["figures"]["region_decode_safe"] is False
+    assert s["dali"]["installed"] is False
     budget = s["profile"]["per_batch_of_256_ms"]
     assert budget["loader"] == pytest.approx(256e3 / 12_500) and budget["resnet50_step"] == pytest.approx(256e3 / 3_000)
     assert s["benchmarks"]["loader_img_s"] == "bench/results/gpu/h100/loader_img_s.json"
-    assert (repo / s["benchmarks"]["resnet50"]).is_file()
     table = summary.markdown(s)
     assert "| resnet50_real_over_synthetic | 0.90 | >= 0.95 | **no** |" in table
     assert "- resnet50_real_over_synthetic: input-bound: waited 9%" in table

@@ -34,10 +34,11 @@ def test_csv_columns_label_labels_target(tmp_path):
     assert table.classes == ["cat", "dog", "emu"] and table.unit == "row"
     assert table.fields == {"label": {}, "labels": {"max": 2}, "target": {"width": 2, "scalar": False}}
     assert table.labels == [1, 0, 2]
+    assert table.class_lists == {"label": ["cat", "dog", "emu"], "labels": ["cat", "emu"]}   # a list each
     assert [table.targets.record(i) for i in range(3)] == [
-        {"labels": [0, 2], "target": [0.5, 2.0]},
+        {"labels": [0, 1], "target": [0.5, 2.0]},
         {"labels": [], "target": [1.0, -3.25]},
-        {"labels": [2, 0], "target": [4.0, 5.0]}]          # a repeated class counts once
+        {"labels": [1, 0], "target": [4.0, 5.0]}]          # a repeated class counts once
     assert table.rows == {"a.jpg": 2, "b.jpg": 3, "c.jpg": 4}
 
 
@@ -54,12 +55,21 @@ def test_jsonl_with_boxes_and_integer_classes_kept(tmp_path):
     assert table.targets.record(2)["boxes"] == [[0.0, 0.0, 5.0, 5.0, 0], [1.5, 2.0, 3.0, 4.0, 3]]
 
 
-def test_named_box_classes_share_the_sorted_class_list(tmp_path):
+def test_label_and_box_classes_each_have_their_own_sorted_list(tmp_path):
     path = jsonl(tmp_path, [{"path": "a.jpg", "label": "zebra", "boxes": [[0, 0, 2, 2, "ant"]]},
-                            {"path": "b.jpg", "label": "ant", "boxes": [[0, 0, 2, 2, "moth"]]}])
+                            {"path": "b.jpg", "label": "ant", "boxes": [[0, 0, 2, 2, "moth"], [0, 0, 1, 1, 7]]}])
     table = read_labels_file(path)
-    assert table.classes == ["ant", "moth", "zebra"] and table.labels == [2, 0]
-    assert table.targets.record(1)["boxes"] == [[0.0, 0.0, 2.0, 2.0, 1]]
+    assert table.class_lists == {"label": ["ant", "zebra"], "boxes": ["7", "ant", "moth"]}
+    assert table.classes == ["ant", "zebra"] and table.labels == [1, 0]
+    assert table.targets.record(1)["boxes"] == [[0.0, 0.0, 2.0, 2.0, 2], [0.0, 0.0, 1.0, 1.0, 0]]
+
+
+def test_integer_classes_are_kept_per_field(tmp_path):
+    path = jsonl(tmp_path, [{"path": "a.jpg", "label": 3, "labels": [0, 1]},
+                            {"path": "b.jpg", "label": 0, "labels": [1]}])
+    table = read_labels_file(path)
+    assert table.class_lists == {"label": ["0", "1", "2", "3"], "labels": ["0", "1"]}
+    assert table.labels == [3, 0] and table.targets.record(0)["labels"] == [0, 1]
 
 
 def test_a_jsonl_file_is_known_by_content_too(tmp_path):

@@ -190,3 +190,66 @@ def test_a_pack_finished_or_interrupted_leaves_no_file_open(mixed, tmp_path, mon
     assert not {f for f in open_files() - before if f.startswith(str(tmp_path))}
     pack(mixed, out, commit_every=3, resume=True)
     assert not {f for f in open_files() - before if f.startswith(str(tmp_path))}
+
+
+# -- targets checked against their images as they are packed ---------------------------------
+
+def box_pack(tmp_path, boxes_of, commit_every: int = 2, num_shards: int | None = None):
+    """Four 64 x 48 (width x height) photos with the boxes ``boxes_of(k)`` each, packed."""
+    import json
+
+    from feedline.sample import make_photo_folder
+    src = tmp_path / "src"
+    make_photo_folder(str(src), n=4, classes=1, seed=2, sizes=[(64, 48)])
+    rels = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.jpg"))
+    labels = tmp_path / "boxes.jsonl"
+    labels.write_text("".join(json.dumps({"path": r, "boxes": boxes_of(k)}) + "\n" for k, r in enumerate(rels)))
+    out = tmp_path / "o.lmdb"
+    extra = {} if num_shards is None else {"num_shards": num_shards}
+    return rels, out, lambda: pack(str(src), str(out), labels_csv=str(labels), progress=False,
+                                   commit_every=commit_every, **extra)
+
+
+@pytest.mark.parametrize("box", [[-100, -100, -10, -10, "car"], [64, 10, 5000, 5000, "car"],
+                                 [10, 48, 20, 60, "car"]])
+def test_a_box_wholly_outside_its_image_is_refused_with_the_file_and_row(tmp_path, box):
+    rels, out, run = box_pack(tmp_path, lambda k: [[1, 1, 9, 9, "dog"]] + ([box] if k == 2 else []))
+    with pytest.raises(PackError, match=rf"boxes.jsonl: line 3 \({re.escape(rels[2])}\): box 1 .*: wholly "
+                                        r"outside its 64x48 \(WxH\) image: correct it in the labels file"):
+        run()
+    assert not out.exists() and not os.path.exists(str(out) + ".partial")
+
+
+def test_a_box_partly_outside_is_clipped_counted_and_the_store_verifies(tmp_path):
+    from feedline.verify import verify
+    rels, out, run = box_pack(tmp_path, lambda k: [[-5, 10, 20, 30, "car"], [10, 10, 5000, 5000, "dog"]][:k % 3])
+    report = run()
+    assert report.boxes_clipped == 3   # record 1: its one box; record 2: both
+    assert "boxes partly outside their image, clipped to it: 3" in "\n".join(report.summary_lines())
+    with feedline.open_dataset(str(out)) as ds:
+        got = {ds.path(i): ds.targets(i)["boxes"] for i in range(len(ds))}
+    assert got == {rels[0]: [], rels[1]: [[0, 10, 20, 30, 0]], rels[2]: [[0, 10, 20, 30, 0], [10, 10, 64, 48, 1]],
+                   rels[3]: []}
+    assert verify(str(out), mode="checksums").ok
+
+
+def test_a_sharded_pack_adds_up_the_clipped_boxes(tmp_path):
+    _, out, run = box_pack(tmp_path, lambda k: [[-5, 10, 20, 30, "car"]], num_shards=2)
+    report = run()
+    assert report.boxes_clipped == 4 and [r.boxes_clipped for r in report.shards] == [2, 2]
+
+
+def test_max_side_is_refused_for_boxes_in_source_pixels(tmp_path):
+    """A shrunk image would no longer match its boxes: refused before anything is written."""
+    import json
+
+    from feedline.sample import make_photo_folder
+    src = tmp_path / "src"
+    make_photo_folder(str(src), n=2, classes=1, seed=2, sizes=[(64, 48)])
+    rels = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.jpg"))
+    labels = tmp_path / "b.jsonl"
+    labels.write_text("".join(json.dumps({"path": r, "boxes": [[1, 1, 9, 9, "car"]]}) + "\n" for r in rels))
+    with pytest.raises(PackError, match=r"b.jsonl: its boxes are in source pixels, and --max-side 32 would shrink"):
+        pack(str(src), str(tmp_path / "o.lmdb"), labels_csv=str(labels), max_side=32, progress=False)
+    assert not (tmp_path / "o.lmdb").exists()
+    pack(str(src), str(tmp_path / "o.lmdb"), labels_csv=str(labels), progress=False)   # without: packed

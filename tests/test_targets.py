@@ -54,7 +54,7 @@ def test_every_field_round_trips_through_a_pack(labelled, tmp_path, ext):
     pack(src, out, labels_csv=labels, progress=False)
     assert targets_by_path(out) == expected
     with feedline.open_dataset(out) as ds:
-        assert ds.meta["format_version"] == 3 and ds.classes == CLASSES
+        assert ds.meta["format_version"] == 4 and ds.classes == CLASSES
         assert ds.fields == {"label": {}, "labels": {"max": 2}, "target": {"width": 2, "scalar": False},
                              "boxes": {"max": 3}}
         assert ds.labels.tolist() == [expected[ds.path(i)]["label"] for i in range(len(ds))]
@@ -78,7 +78,7 @@ def test_shards_and_join_keep_each_records_targets(labelled, tmp_path):
     os.remove(other.replace(".h5", ".shards.json"))
     assert targets_by_path(join_shards(other)) == expected
     with feedline.open_dataset(join_shards(other)) as ds:
-        assert ds.fields["boxes"]["max"] == 3 and ds.meta["format_version"] == 3
+        assert ds.fields["boxes"]["max"] == 3 and ds.meta["format_version"] == 4
 
 
 def test_shards_of_other_fields_do_not_join(labelled, tmp_path):
@@ -105,7 +105,7 @@ def test_a_version_2_store_opens_and_behaves_as_before(tmp_path, kind):
         assert ds.fields == {"label": {}}
         assert [ds.targets(i) for i in range(6)] == [{"label": lab} for lab in records.labels]
         assert [ds.label(i) for i in range(6)] == records.labels
-        layout = ds.target_columns.batch_layout(4, len(ds.classes))
+        layout = ds.target_columns.batch_layout(4)
         assert layout == {"label": ((4,), "int64")}
 
 
@@ -178,7 +178,7 @@ def test_fill_writes_what_the_records_hold(labelled, tmp_path):
     pack(src, out, labels_csv=labels, progress=False)
     with feedline.open_dataset(out) as ds:
         columns = ds.target_columns
-        layout = columns.batch_layout(5, len(ds.classes))
+        layout = columns.batch_layout(5)
         assert layout == {"label": ((5,), "int64"), "labels": ((5, 3), "float32"), "target": ((5, 2), "float32"),
                           "boxes": ((5, 3, 4), "float32"), "box_classes": ((5, 3), "int64"),
                           "box_counts": ((5,), "int64")}
@@ -267,3 +267,60 @@ def test_a_grid_pack_keeps_the_targets(labelled, tmp_path):
     out = str(tmp_path / "g.lmdb")
     pack(src, out, labels_csv=labels, layout="grid", progress=False)
     assert targets_by_path(out) == expected
+
+
+# -- a class list per field ----------------------------------------------------------------------
+
+def test_each_field_has_its_own_class_list_and_info_shows_each(tmp_path):
+    src = str(tmp_path / "src")
+    make_photo_folder(src, n=3, classes=1, seed=2, sizes=[(64, 48)])
+    rels = sorted(os.path.relpath(os.path.join(d, f), src) for d, _, fs in os.walk(src) for f in fs)
+    rows = [{"path": r, "label": ["indoor", "outdoor"][k % 2], "labels": [["red"], ["red", "blue"], []][k],
+             "boxes": [[1, 1, 9, 9, ["car", "dog", "car"][k]]]} for k, r in enumerate(rels)]
+    (tmp_path / "l.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = str(tmp_path / "o.lmdb")
+    pack(src, out, labels_csv=str(tmp_path / "l.jsonl"), progress=False)
+    with feedline.open_dataset(out) as ds:
+        assert ds.meta["format_version"] == 4 and ds.classes == ["indoor", "outdoor"]
+        assert ds.class_lists == ds.meta["class_lists"] == {"label": ["indoor", "outdoor"], "labels": ["blue", "red"],
+                                                            "boxes": ["car", "dog"]}
+        assert [ds.targets(i) for i in range(3)] == [
+            {"label": 0, "labels": [1], "boxes": [[1, 1, 9, 9, 0]]},
+            {"label": 1, "labels": [1, 0], "boxes": [[1, 1, 9, 9, 1]]},
+            {"label": 0, "labels": [], "boxes": [[1, 1, 9, 9, 0]]}]
+        assert ds.target_columns.batch_layout(2)["labels"] == ((2, 2), "float32")   # blue, red: not 6 wide
+    info = describe(out)
+    assert {name: [(c.name, c.count) for c in counts] for name, counts in info.class_lists.items()} == {
+        "label": [("indoor", 2), ("outdoor", 1)], "labels": [("blue", 1), ("red", 2)], "boxes": [("car", 2), ("dog", 1)]}
+    text = format_info(info)
+    assert "labels: 2 classes" in text and "boxes: 2 classes" in text and "label: 2 classes" in text
+    assert "2 (label), 2 (labels), 2 (boxes)" in text
+    assert verify(out, mode="checksums").ok
+
+
+def test_a_version_3_store_opens_with_one_shared_class_list_as_before(labelled, tmp_path):
+    """Version 3 as format.py documents it: every field numbered in the one list ``classes``."""
+    src, labels, expected = labelled
+    out = str(tmp_path / "o.lmdb")
+    pack(src, out, labels_csv=labels, progress=False)
+    with feedline.open_dataset(out) as ds:
+        meta = dict(ds.meta)
+    del meta["class_lists"]
+    rewrite_lmdb(out, LMDB_META_KEY, json.dumps(meta | {"format_version": 3, "classes": CLASSES}).encode())
+    with feedline.open_dataset(out) as ds:
+        assert ds.meta["format_version"] == 3 and ds.classes == CLASSES
+        assert ds.class_lists == {"label": CLASSES, "labels": CLASSES, "boxes": CLASSES}
+        assert {ds.path(i): ds.targets(i) for i in range(len(ds))} == expected
+        assert ds.target_columns.batch_layout(1)["labels"] == ((1, 3), "float32")
+    assert verify(out, mode="checksums").ok
+
+
+def test_a_version_4_store_without_its_class_lists_is_refused(labelled, tmp_path):
+    src, labels, _ = labelled
+    out = str(tmp_path / "o.lmdb")
+    pack(src, out, labels_csv=labels, progress=False)
+    with feedline.open_dataset(out) as ds:
+        meta = dict(ds.meta)
+    rewrite_lmdb(out, LMDB_META_KEY, json.dumps(meta | {"class_lists": {"label": CLASSES}}).encode())
+    with pytest.raises(StoreError, match="fields are damaged .*class lists .*label, labels, boxes"):
+        feedline.open_dataset(out)

@@ -47,7 +47,8 @@ def check_epoch(loader, epoch: int) -> list[int]:
     loader.set_epoch(epoch)
     kept = list(loader)   # kept without copies: a slot still held must not be written again
     for images, got in kept:
-        assert set(got) == {"label", "labels", "target", "boxes", "box_classes", "box_counts"}
+        assert set(got) == {"label", "labels", "target", "boxes", "box_classes", "box_counts", "keypoints"}
+        assert got["keypoints"].dtype == torch.float32 and got["keypoints"].shape == (len(images), 2, 3)
         assert got["labels"].dtype == torch.float32 and got["target"].dtype == torch.float32
         assert got["boxes"].dtype == torch.float32 and got["box_classes"].dtype == torch.int64
         m = store.fields["boxes"]["max"]
@@ -112,6 +113,7 @@ def test_a_resumed_loader_delivers_the_same_targets(packed):
 @pytest.mark.parametrize("fields, name, dtype, shape", [
     (("labels",), "labels", torch.float32, (2, 4)),
     (("target",), "target", torch.float32, (2,)),
+    (("keypoints",), "keypoints", torch.float32, (2, 2, 3)),
 ])
 def test_one_field_comes_as_one_tensor(tmp_path, fields, name, dtype, shape):
     src, labels = labelled_folder(str(tmp_path), fields=fields)
@@ -126,6 +128,8 @@ def test_one_field_comes_as_one_tensor(tmp_path, fields, name, dtype, shape):
         want = store.targets(i)[name]
         if name == "labels":
             assert np.flatnonzero(rows[i]).tolist() == sorted(want)
+        elif name == "keypoints":
+            np.testing.assert_allclose(rows[i], expected_row(store, i, loader.config.augment, 0, 0)["keypoints"])
         else:
             assert rows[i] == np.float32(want)
     assert (store.labels == -1).all()   # no `label` column: the classic column keeps -1
@@ -175,7 +179,10 @@ def test_the_readme_targets_block_runs_as_written(packed, tmp_path, monkeypatch)
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     [code] = re.findall(r"<!-- readme-test: run where scene.lmdb exists \(every field\) -->\n```python\n(.*?)```",
                         readme, re.S)
-    shutil.copy(packed["lmdb"], tmp_path / "scene.lmdb")
+    # without a label field, so that ``dataset.classes`` is the labels field's own list
+    src, labels = labelled_folder(str(tmp_path / "scene"), fields=("labels", "target", "boxes", "keypoints"),
+                                   listed_target=True)
+    pack(src, str(tmp_path / "scene.lmdb"), labels_csv=labels, progress=False)
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)

@@ -84,6 +84,35 @@ def test_a_store_of_boxes_alone_is_refused_in_one_line(tmp_path, capsys):
     assert "holds only boxes" in err and "detection-style loop" in err
 
 
+def several(c: str) -> dict:
+    return {"label": c, **multi_hot(c), **number(c), "boxes": [[1, 1, 20, 20, "sky"]]}
+
+
+def test_a_store_of_several_fields_is_refused_until_task_names_one(tmp_path, capsys):
+    train = labelled_pack(tmp_path, "train", 8, 1, several, "lmdb")
+    err = one_line_error(capsys, [train, *FAST, "--epochs", "1", "--out", tmp_path / "run"])
+    assert "holds label, labels, target" in err
+    assert "--task classify (label), --task multilabel (labels), --task regress (target)" in err
+
+
+def test_task_picks_the_field_and_its_own_class_list(tmp_path):
+    from feedline import open_dataset
+    from feedline.train.task import CLASSIFY, MULTI_LABEL, REGRESSION, Task, choose_task
+    train = labelled_pack(tmp_path, "train", 4, 1, several, "lmdb")
+    with open_dataset(train) as store:
+        assert store.class_lists == {"label": ["grass", "rocket"], "labels": ["grass", "green", "outdoor", "rocket"],
+                                     "boxes": ["sky"]}
+        assert choose_task(store, 2, "classify") == Task(CLASSIFY, "label", 2)
+        assert choose_task(store, 2, "multilabel") == Task(MULTI_LABEL, "labels", 4)   # its own list, not label's
+        assert choose_task(store, 2, "regress") == Task(REGRESSION, "target", 1)
+    alone = labelled_pack(tmp_path, "alone", 4, 1, lambda c: {**multi_hot(c), "boxes": [[1, 1, 20, 20, "sky"]]},
+                          "lmdb")
+    with open_dataset(alone) as store:
+        assert choose_task(store, 4, "auto") == Task(MULTI_LABEL, "labels", 4)   # one learnable field: no question
+        with pytest.raises(Exception, match="--task regress needs target; this store offers --task multilabel"):
+            choose_task(store, 4, "regress")
+
+
 def exact_average_precision(scores: np.ndarray, positive: np.ndarray) -> float:
     """sklearn's definition written out: over thresholds at each distinct score, high to low,
     sum of (recall gained) x (precision at that threshold)."""

@@ -81,11 +81,14 @@ def travelling_form(wheel: Path, cache: Path, compress_above: int = COMPRESS_ABO
 
 def plan_bundles(entries: list[dict], bundle_max: int, part_max: int) -> list[list[tuple[int, int, int]]]:
     """Bundles as lists of (entry index, offset, length): entries in the order given, each
-    cut where a bundle fills up, so all bundles but the last are full. No part exceeds
-    ``part_max``."""
+    cut where a bundle fills up; a new group starts a new bundle, so the first call carries
+    the core group alone. No part exceeds ``part_max``."""
     bundles: list[list[tuple[int, int, int]]] = [[]]
     room = bundle_max
     for i, entry in enumerate(entries):
+        if i and entry["group"] != entries[i - 1]["group"] and bundles[-1]:
+            bundles.append([])
+            room = bundle_max
         size, offset = Path(entry["blob"]).stat().st_size, 0
         while offset < size:
             if room == 0:

@@ -1,273 +1,269 @@
-"""`make gpu-check` (.ci/gpu/check.sh) on the GPU machine, from the repository root.
+"""`make gpu-check` (.ci/gpu/check.sh) on the GPU machine, from the repository root: the
+stages of plan.py in order of value, each under a hard cap, the results under $OUT after
+every stage.
 
-Stages, in order; each writes WORK/stages/NAME.json, so a later call on the same warm
-machine can add to the results of an earlier one:
+    check.sh --budget-s 470              # the core call (no DALI)
+    check.sh --call dali --budget-s 200  # the optional DALI call, once its bundles arrived
 
-  wheels    receive the carried bundles, rebuild and check the wheels   (no CUDA)
-  install   pip install --no-index --no-deps --target WORK/site        (no CUDA)
-  cuda      the device, driver, CUDA and torch; stops here without CUDA (exit 3)
-  data      10,000 photo-like JPEGs on all cores, packed to LMDB
-  loader, gpu_decode, grid_splice, prefetch, resnet50, ddp    bench/gpu/*.py, each writing its JSON
-  tests     pytest -m "not cuda", then pytest -m cuda (the whole suite between them)
-  summary   bench/results/gpu/<kind>/summary.json from every stage file (always runs
-            once CUDA is there), and copies for the device tool's $OUT
+Every stage's command runs in its own process group (procs.py): on its cap the whole group
+is killed, and so is anything that still carries the stage's marker, so nothing runs on
+into the next stage. A crash is reported as "crashed" with its signal and last lines,
+and the next stage runs. After each stage, WORK/stages/<call>.<stage>.json is written,
+then summary.json and gpu-results.tar.gz are rewritten into $OUT, so a call stopped at its
+limit still returns everything finished.
 
-Why --target and PYTHONPATH, not a venv: the image's python3 is itself a venv
-(/opt/torch/.venv); a venv made from it with --system-site-packages sees the base
-interpreter's packages, not torch, and --user installs are refused inside a venv. A
---target folder leaves the image untouched and puts the carried wheels first on the path.
-feedline itself is not installed: the repository root goes on PYTHONPATH and a `feedline`
-command that runs `python -m feedline` goes on PATH.
+The carried wheels go into a --target folder first on PYTHONPATH (install.py says why);
+feedline itself is not installed: the repository root is on PYTHONPATH and a `feedline`
+command is on PATH.
+
+--dry-run (`make gpu-dry-run`, dryrun.py) runs the same plan here with stand-ins for the
+stages that need a GPU.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
-import shutil
-import subprocess
+import signal
 import sys
 import time
-import xml.etree.ElementTree as ET
+import traceback
+import uuid
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-import transport  # noqa: E402
+import install  # noqa: E402
+import plan  # noqa: E402
+import procs  # noqa: E402
+import pytest_runs  # noqa: E402
+import summary  # noqa: E402
 
-STAGES = ("wheels", "install", "cuda", "data", "loader", "gpu_decode", "grid_splice", "prefetch", "resnet50", "ddp",
-          "tests", "summary")  # the benchmarks before the tests: a call that runs out of time loses the tests,
-                      # which a later call reruns anyway once DALI has arrived
-ALWAYS = ("wheels", "install", "cuda", "summary")
-BENCHES = {  # stage -> (script, JSON name, seconds allowed)
-    "loader": ("loader_img_s.py", "loader_img_s.json", 240),
-    "gpu_decode": ("gpu_decode.py", "gpu_decode.json", 180),
-    "grid_splice": ("grid_splice.py", "grid_splice.json", 120),   # issue 24: spliced crops vs region decode
-    "prefetch": ("prefetch_overlap.py", "prefetch_overlap.json", 90),
-    "resnet50": ("resnet50.py", "resnet50.json", 300),
-    "ddp": ("ddp.py", "ddp.json", 240),
-}
-IMPORTS = {"lmdb": "lmdb", "nvimgcodec": "nvidia.nvimgcodec", "dali": "nvidia.dali", "turbojpeg": "turbojpeg"}
-LIB_DIR = "debs/usr/lib/x86_64-linux-gnu"   # where carried Debian packages' libraries land
 NO_CUDA = 3
-
-
-class NoCuda(Exception):
-    pass
+PHOTOS = 4096
+BENCH = {  # stage -> (script, JSON name, arguments besides --data/--out, sized to fit the caps)
+    "loader": ("loader_img_s.py", "loader_img_s.json", ["--batches", "20", "--repeats", "2"]),
+    "prefetch": ("prefetch_overlap.py", "prefetch_overlap.json", ["--steps", "30"]),
+    "gpu_decode": ("gpu_decode.py", "gpu_decode.json", ["--batches", "15", "--repeats", "2"]),
+    "resnet50": ("resnet50.py", "resnet50.json", ["--epochs", "1"]),
+    "ddp": ("ddp.py", "ddp.json", []),
+    "grid_splice": ("grid_splice.py", "grid_splice.json", ["--images", "1024", "--repeats", "2"]),
+    "dali_decode": ("gpu_decode.py", "gpu_decode_dali.json", ["--batches", "15", "--repeats", "2"]),
+}
 
 
 class Check:
-    def __init__(self, work: Path, python: str, bundles: Path, deadline: float, photos: int = 10_000):
-        self.work, self.python, self.bundles, self.deadline = work, python, bundles, deadline
-        self.photos = photos
+    def __init__(self, call: str, work: Path, python: str, bundles: Path, budget_s: float, scale: float = 1.0,
+                 out: Path | None = None, standins: dict | None = None, tests: Path = REPO / "tests"):
+        self.call, self.work, self.python, self.bundles = call, work, python, bundles
+        self.budget_s, self.scale, self.out, self.standins, self.tests = budget_s, scale, out, standins, tests
         self.stages = work / "stages"
-        self.stages.mkdir(parents=True, exist_ok=True)
-        self.site = work / "site"
+        self.logs = work / "logs"
+        for folder in (self.stages, self.logs):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.site = work / ("site" if call == "core" else "site-dali")   # each call installs its own group
         bin_dir = work / "bin"
         bin_dir.mkdir(exist_ok=True)
         shim = bin_dir / "feedline"  # the console script, without installing feedline
         shim.write_text(f'#!/bin/sh\nexec "{python}" -m feedline "$@"\n')
         shim.chmod(0o755)
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(self.site), str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+            [str(work / "site"), str(work / "site-dali"), str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
             LD_LIBRARY_PATH=os.pathsep.join(
-                [str(work / LIB_DIR)] + [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p]),
+                [str(work / install.LIB_DIR)] + [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p]),
             PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1")
+        self.caps = plan.plan(plan.CALLS[call], budget_s, scale)
+        # every stage's marker starts with this work folder's: a later check there ends what an
+        # earlier one, stopped at its call's limit, left running in a session of its own
+        self.marker = "w" + hashlib.sha256(str(work.resolve()).encode()).hexdigest()[:10] + "-"
+        self.info: dict = {}
+        self.data: dict = {}
+        self.stage_now = ""
 
     # -- helpers ---------------------------------------------------------------------
-    def save(self, name: str, result: dict) -> dict:
-        (self.stages / f"{name}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-        return result
+    def run(self, cmd: list[str], cap_s: float, log: Path, env: dict | None = None) -> procs.Outcome:
+        token = f"{self.marker}{self.call}-{self.stage_now}-{uuid.uuid4().hex[:10]}"
+        return procs.run_capped(cmd, cap_s, cwd=REPO, env=env or self.env, log=log, token=token)
 
-    def left(self) -> float:
-        return self.deadline - time.monotonic()
+    def save(self, name: str, result: dict) -> None:
+        path = self.stages / f"{self.call}.{name}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
+        os.replace(tmp, path)
 
-    def sh(self, cmd: list[str], timeout: float, log: Path | None = None) -> tuple[int, str]:
-        """Run ``cmd`` in the repository with the check's environment; (exit code, output)."""
-        timeout = max(10.0, min(timeout, self.left()))
+    def publish(self) -> None:
+        """summary.json and the results tarball, into the work folder and $OUT."""
         try:
-            proc = subprocess.run(cmd, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout)
-            code, out = proc.returncode, proc.stdout + proc.stderr
-        except subprocess.TimeoutExpired as exc:
-            parts = [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in (exc.stdout, exc.stderr) if x]
-            code, out = 124, "".join(parts) + f"\nstopped after {timeout:.0f} s"
-        if log is not None:
-            log.write_text(out)
-        return code, out
-
-    def probe_json(self, code: str) -> dict:
-        """The JSON object ``code`` prints last on stdout (libraries may print on stderr)."""
-        try:
-            proc = subprocess.run([self.python, "-c", code], cwd=REPO, env=self.env, capture_output=True,
-                                  text=True, timeout=120)
-        except subprocess.TimeoutExpired:
-            return {"error": "the probe did not finish in 120 s"}
-        lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
-        if proc.returncode != 0 or not lines:
-            return {"error": (proc.stdout + proc.stderr)[-2000:], "returncode": proc.returncode}
-        return json.loads(lines[-1])
+            summary.write(self.stages, self.logs, self.work / "results", self.out)
+        except Exception:   # the stage files stay; the next stage's write tries again
+            print(f"check: could not write the summary:\n{traceback.format_exc()}", flush=True)
 
     # -- stages ------------------------------------------------------------------------
-    def wheels(self) -> dict:
-        store = self.work / "parts"
-        bundles = sorted(self.bundles.glob("bundle-*"))
-        received, problems = transport.receive(bundles, store) if bundles else ([], [])
-        if not (store / transport.MANIFEST).is_file():
-            return self.save("wheels", {"ok": False, "reason": "no wheels received: run `make gpu-wheels` here and "
-                                        "carry .whl/gpu/bundle-N (see .ci/gpu/README.md)"})
-        report = transport.assemble(store, self.work / "wheels")
-        return self.save("wheels", report | {"ok": not problems, "received_now": len(received), "problems": problems})
+    def setup(self, cap_s: float) -> dict:
+        return install.setup(self, cap_s)
 
-    def install(self, wheels: dict) -> dict:
-        ready = sorted(row["path"] for row in wheels.get("wheels", {}).values()
-                       if row.get("ok") and row["path"].endswith(".whl"))
-        for deb in sorted(row["path"] for row in wheels.get("wheels", {}).values()
-                          if row.get("ok") and row["path"].endswith(".deb")):
-            rc, out = self.sh(["dpkg-deb", "-x", deb, str(self.work / "debs")], 60)  # unpacked, not installed
-            if rc != 0:
-                print(f"check: cannot unpack {deb}: {out[-500:]}", flush=True)
-        marker = self.site / ".installed.json"
-        if ready and not (marker.is_file() and json.loads(marker.read_text()) == ready):
-            fresh = self.work / "site.new"
-            shutil.rmtree(fresh, ignore_errors=True)
-            rc, out = self.sh([self.python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                               "--disable-pip-version-check", "--target", str(fresh), *ready], 300)
-            if rc != 0:
-                return self.save("install", {"ok": False, "reason": f"pip install failed: {out[-2000:]}"})
-            shutil.rmtree(self.site, ignore_errors=True)
-            fresh.rename(self.site)
-            marker.write_text(json.dumps(ready))
-        code = ("import importlib, json; from importlib import metadata\nout = {}\n"
-                f"for key, module in {IMPORTS!r}.items():\n"
-                "    try:\n        m = importlib.import_module(module)\n"
-                "        if key == 'turbojpeg': m.TurboJPEG()  # finds and loads libturbojpeg\n"
-                "        out[key] = {'ok': True, 'version': getattr(m, '__version__', None)}\n"
-                "    except Exception as exc:\n        out[key] = {'ok': False, 'error': f'{type(exc).__name__}: {exc}'}\n"
-                "print(json.dumps(out))")
-        imports = self.probe_json(code)
-        return self.save("install", {"ok": bool(ready), "installed": [Path(p).name for p in ready],
-                                     "site": str(self.site), "imports": imports})
+    def smoke(self, cap_s: float) -> dict:
+        out = self.work / "smoke.json"
+        out.unlink(missing_ok=True)
+        cmd = [self.python, str(HERE / "smoke.py"), "--out", str(out), "--child-cap-s", f"{max(3.0, cap_s / 3):.0f}"]
+        if self.call == "dali":
+            cmd.append("--dali")
+        outcome = self.run(self.command("smoke", cmd, cap_s), cap_s, self.logs / f"{self.call}.smoke.log")
+        self.info = json.loads(out.read_text()) if out.is_file() else {}
+        result = {**outcome.as_dict(), **self.info}
+        if self.info and not self.info.get("region_decode_safe", True):
+            self.env["FEEDLINE_GPU_REGION_DECODE"] = "0"   # gpu_region: whole images, cropped on the GPU
+            result["set"] = "FEEDLINE_GPU_REGION_DECODE=0 for every later stage"
+        return result
 
-    def cuda(self) -> dict:
-        code = ("import json, os, platform, torch\nok = torch.cuda.is_available()\n"
-                "cpu = next((l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name')), None)\n"
-                "p = torch.cuda.get_device_properties(0) if ok else None\n"
-                "tv = None\ntry:\n    import torchvision; tv = torchvision.__version__\nexcept Exception: pass\n"
-                "print(json.dumps({'available': ok, 'torch': torch.__version__, 'torchvision': tv,\n"
-                "  'cuda': torch.version.cuda, 'cudnn': torch.backends.cudnn.version(),\n"
-                "  'device': torch.cuda.get_device_name(0) if ok else None,\n"
-                "  'capability': list(torch.cuda.get_device_capability(0)) if ok else None,\n"
-                "  'memory_gib': round(p.total_memory / 2**30, 1) if ok else None,\n"
-                "  'cpu_cores': os.cpu_count(), 'cpu': cpu, 'python': platform.python_version()}))")
-        info = self.probe_json(code)
-        smi = shutil.which("nvidia-smi")
-        if smi:
-            rc, out = self.sh([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"], 30)
-            if rc == 0 and out.strip():
-                info["smi_name"], info["driver"] = (s.strip() for s in out.strip().splitlines()[0].split(",", 1))
-        self.save("cuda", info)
-        if not info.get("available"):
-            raise NoCuda(info.get("error") or "torch.cuda.is_available() is False")
-        return info
+    def data_stage(self, cap_s: float) -> dict:
+        cmd = [self.python, "bench/gpu/photos.py", "--n", str(PHOTOS), "--out", str(self.work / "data")]
+        outcome = self.run(self.command("data", cmd, cap_s), cap_s, self.logs / f"{self.call}.data.log")
+        lines = [x for x in (self.logs / f"{self.call}.data.log").read_text(errors="replace").splitlines()
+                 if x.startswith("{")]
+        self.data = json.loads(lines[-1]) if outcome.status == "ok" and lines else {}
+        return {**outcome.as_dict(), **self.data}
 
-    def data(self) -> dict:
-        path = self.stages / "data.json"
-        if path.is_file() and Path(json.loads(path.read_text()).get("packed", "/nonexistent")).exists():
-            return json.loads(path.read_text())
-        rc, out = self.sh([self.python, "bench/gpu/photos.py", "--n", str(self.photos), "--out",
-                           str(self.work / "data")], 400)
-        if rc != 0:
-            return self.save("data", {"ok": False, "reason": out[-2000:]})
-        line = [x for x in out.splitlines() if x.startswith("{")][-1]   # its JSON line, whatever was logged
-        return self.save("data", json.loads(line) | {"ok": True})
+    def tests_stage(self, cap_s: float, marker: str) -> dict:
+        files = pytest_runs.files_marked(self.tests, marker)
+        return {"marker": marker, **pytest_runs.run_files(
+            lambda cmd, cap, log: self.run(self.command(self.stage_now, cmd, cap), cap, log), self.python, files,
+            marker, cap_s, time.monotonic, self.logs, per_test_s=max(5.0, 30 * self.scale))}
 
-    def tests(self) -> dict:
-        t0, runs = time.monotonic(), {}
-        for name, marker, seconds in (("suite_not_cuda", "not cuda", 300), ("cuda", "cuda", 300)):
-            junit = self.stages / f"junit-{name}.xml"
-            rc, out = self.sh([self.python, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", "-m", marker,
-                               f"--junitxml={junit}"], seconds, log=self.stages / f"pytest-{name}.log")
-            runs[name] = junit_counts(junit) | {"returncode": rc, "tail": out[-1500:]}
-        return self.save("tests", {"ok": all(r["returncode"] in (0, 5) for r in runs.values()), "runs": runs,
-                                   "seconds": round(time.monotonic() - t0, 1)})
+    def rest(self, cap_s: float) -> dict:
+        if self.call != "core":
+            return {"status": "ok", "note": "nothing planned"}
+        env = dict(self.env, CUDA_VISIBLE_DEVICES="")   # the CPU suite must not take the GPU (NCCL ranks on it)
+        row = pytest_runs.run_file(
+            lambda cmd, cap, log: self.run(self.command(REST_STAGE, cmd, cap), cap, log, env=env), self.python,
+            self.tests, "not cuda", cap_s, max(5.0, 30 * self.scale), self.logs)
+        return {"marker": "not cuda", "cuda_hidden": True, **row}
 
-    def bench(self, stage: str, data: dict) -> dict:
-        script, out_name, seconds = BENCHES[stage]
-        out = self.work / "results" / out_name
+    def bench(self, stage: str, cap_s: float) -> dict:
+        script, name, extra = BENCH[stage]
+        out = self.work / "bench" / name
         out.parent.mkdir(exist_ok=True)
-        cmd = [self.python, f"bench/gpu/{script}", "--out", str(out)]
+        out.unlink(missing_ok=True)
+        cmd = [self.python, f"bench/gpu/{script}", "--out", str(out), *extra]
         if stage != "prefetch":
-            cmd += ["--data", data["packed"]]
+            cmd += ["--data", self.data.get("packed", str(self.work / "data" / f"photos-{PHOTOS}.lmdb"))]
         if stage == "loader":
-            cmd += ["--folder", data["folder"]]
+            cmd += ["--folder", self.data.get("folder", str(self.work / "data" / f"photos-{PHOTOS}"))]
+        if stage in ("resnet50", "ddp"):   # their own timeout inside the cap, so they write their JSON
+            cmd += ["--timeout", f"{max(5.0, cap_s * (0.8 if stage == 'resnet50' else 0.4)):.0f}"]
+        if stage == "ddp":
+            cmd += ["--nproc", str(self.info.get("gpus") or 1)]   # world size = the GPUs present
+        outcome = self.run(self.command(stage, cmd, cap_s), cap_s, self.logs / f"{self.call}.{stage}.log")
+        return {**outcome.as_dict(), "json": str(out) if out.is_file() else None}
+
+    def command(self, stage: str, cmd: list[str], cap_s: float) -> list[str]:
+        """``cmd``, or in the dry run the stand-in for ``stage`` (dryrun.py)."""
+        if self.standins is None:
+            return cmd
+        behaviour = self.standins.get(stage)
+        if behaviour is None:
+            return cmd
+        return [self.python, str(HERE / "dryrun.py"), "standin", behaviour, "--cap-s", f"{cap_s:.2f}",
+                "--out", str(self.out or self.work), "--stage", stage]
+
+    def stage(self, name: str, cap_s: float) -> dict:
+        if name == "setup":
+            return self.setup(cap_s)
+        if name == "smoke":
+            return self.smoke(cap_s)
+        if name == "data":
+            return self.data_stage(cap_s)
+        if name == "cuda_tests":
+            return self.tests_stage(cap_s, "cuda")
+        if name == "dali_tests":
+            return self.tests_stage(cap_s, "dali")
+        if name == REST_STAGE:
+            return self.rest(cap_s)
+        return self.bench(name, cap_s)
+
+    # -- the plan ------------------------------------------------------------------------
+    def run_plan(self) -> int:
         t0 = time.monotonic()
-        rc, output = self.sh(cmd, seconds, log=self.stages / f"bench-{stage}.log")
-        return self.save(f"bench-{stage}", {"ok": rc == 0 and out.is_file(), "returncode": rc, "json": str(out),
-                                            "seconds": round(time.monotonic() - t0, 1), "tail": output[-1500:]})
+        deadline = t0 + self.budget_s
+        names = list(self.caps)
+        left_over = procs.sweep(self.marker, prefix=True)
+        if left_over:
+            print(f"check: killed {len(left_over)} processes an earlier check left running: {left_over}", flush=True)
+        for old in self.stages.glob(f"{self.call}.*.json"):   # a rerun of this call replaces its results
+            old.unlink()
+        print(plan.table(plan.CALLS[self.call], self.caps, self.budget_s), flush=True)
+        self.save("plan", {"call": self.call, "budget_s": self.budget_s, "caps": self.caps, "scale": self.scale,
+                           "reserve_s": plan.RESERVE_S * self.scale, "stages": names,
+                           "not_planned": [s.name for s in plan.CALLS[self.call] if s.name not in self.caps]})
+        code = 0
+        for i, name in enumerate(names):
+            self.stage_now = name
+            later = sum(self.caps[n] for n in names[i + 1:] if n != REST_STAGE)
+            left = deadline - time.monotonic() - plan.RESERVE_S * self.scale
+            cap = left if name == REST_STAGE else min(self.caps[name], left - later)
+            started = time.monotonic()
+            if code == NO_CUDA:
+                result = {"status": "skipped", "reason": "no CUDA device"}
+            elif cap < plan.MIN_CAP_S * self.scale:
+                result = {"status": "out of time", "reason": f"{max(cap, 0):.0f} s left for it"}
+            else:
+                try:
+                    result = self.stage(name, cap)
+                except (Exception, SystemExit) as exc:   # a bug of the check, a refused manifest: said, and on
+                    if isinstance(exc, Stopped):   # the stage's processes are gone (procs); say so, then stop
+                        self.save(name, {"status": "stopped", "reason": str(exc), "stage": name, "order": i})
+                        self.publish()
+                        raise
+                    result = {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
+                              "tail": procs.tail_of(traceback.format_exc())}
+            result.update(stage=name, order=i, cap_s=round(cap, 1), seconds=round(time.monotonic() - started, 1),
+                          at_s=round(time.monotonic() - t0, 1))
+            self.save(name, result)
+            if name == "smoke" and self.standins is None and self.info.get("available") is False:
+                code = NO_CUDA
+            self.publish()
+            print(f"check: {name}: {result.get('status')} in {result['seconds']:.0f} s (cap {cap:.0f} s)"
+                  + (f" [{result.get('signal')}]" if result.get("signal") else ""), flush=True)
+        return code
 
 
-def junit_counts(path: Path) -> dict:
-    """tests_passed, tests_failed (failures and errors), tests_skipped from a JUnit XML."""
-    if not path.is_file():
-        return {"tests_passed": 0, "tests_failed": None, "tests_skipped": None}
-    root = ET.parse(path).getroot()
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    total = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
-    return {"tests_passed": total["tests"] - total["failures"] - total["errors"] - total["skipped"],
-            "tests_failed": total["failures"] + total["errors"], "tests_skipped": total["skipped"],
-            "seconds": sum(float(s.get("time", 0)) for s in suites)}
+REST_STAGE = plan.REST
+
+
+class Stopped(SystemExit):
+    """SIGTERM: the device call's limit."""
+
+
+def _stop(signum, frame):
+    raise Stopped(f"check: stopped by signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", help="comma-separated stages to run besides wheels, install, cuda and summary "
-                                  f"(default: all of {', '.join(s for s in STAGES if s not in ALWAYS)})")
-    p.add_argument("--photos", type=int, default=10_000, help="images of the benchmarks' data set")
-    p.add_argument("--budget-s", type=float, default=570.0,
-                   help="stop starting stages after this many seconds (a device call allows 600)")
+    p.add_argument("--call", choices=sorted(plan.CALLS), default="core")
+    p.add_argument("--budget-s", type=float, default=plan.MAX_BUDGET_S,
+                   help="seconds this call may take: `python .ci/gpu/plan.py --device-left-s N` says how many")
+    p.add_argument("--dry-run", metavar="STANDINS_JSON", help=argparse.SUPPRESS)   # dryrun.py
+    p.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)     # dryrun.py: shorter caps
+    p.add_argument("--tests", type=Path, default=REPO / "tests", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    chosen = set(STAGES) if a.only is None else set(ALWAYS) | {s.strip() for s in a.only.split(",") if s.strip()}
-    unknown = chosen - set(STAGES)
-    if unknown:
-        p.error(f"unknown stage {sorted(unknown)[0]!r}; stages: {', '.join(STAGES)}")
     work = Path(os.environ.get("FEEDLINE_GPU_WORK", "/var/tmp/feedline-gpu"))
     bundles = Path(os.environ.get("GPU_WHEELS_OUT", REPO / ".whl" / "gpu"))
-    check = Check(work, sys.executable, bundles, time.monotonic() + a.budget_s, a.photos)
-    started = time.monotonic()
-    wheels = check.wheels()
-    print(f"check: wheels: {sum(r['ok'] for r in wheels.get('wheels', {}).values())} ready"
-          + ("" if wheels["ok"] else f" ({wheels.get('reason') or wheels.get('problems')})"), flush=True)
-    install = check.install(wheels)
-    print(f"check: install into {check.site}: imports {json.dumps(install.get('imports'))}", flush=True)
+    out = Path(os.environ["OUT"]) if os.environ.get("OUT") else None   # the device tool's
+    standins = json.loads(Path(a.dry_run).read_text()) if a.dry_run else None
     try:
-        info = check.cuda()
-    except NoCuda as exc:
-        done = (f"{len(install.get('installed', []))} wheels checked and installed into {check.site}"
-                if install.get("ok") else "no wheels installed")
-        print(f"check: STOP: no CUDA device here ({exc}); {done}. The stages data, tests, benchmarks and "
-              "summary need the GPU machine: see .ci/gpu/README.md", file=sys.stderr)
-        return NO_CUDA
-    print(f"check: {info.get('device')}, driver {info.get('driver')}, CUDA {info.get('cuda')}, "
-          f"torch {info.get('torch')}, {info.get('cpu_cores')} cores", flush=True)
-    import summary  # after the CUDA stage: it is the part that needs a GPU run's results
-    try:
-        data = check.data() if chosen & ({"data"} | set(BENCHES)) else {}
-        for stage in [s for s in STAGES if s in chosen and s not in ALWAYS and s != "data"]:
-            if check.left() < 30:
-                check.save(stage if stage == "tests" else f"bench-{stage}", {"ok": False, "reason": "out of time"})
-                continue
-            if stage == "tests":
-                check.tests()
-            elif data.get("ok"):
-                check.bench(stage, data)
-            else:
-                check.save(f"bench-{stage}", {"ok": False, "reason": f"no data set: {data.get('reason')}"})
-            print(f"check: {stage} done at {time.monotonic() - started:.0f} s", flush=True)
-    finally:
-        path = summary.write(check.stages, REPO, info, copy_to=os.environ.get("OUT"))  # $OUT: the device tool's
-        print(f"check: wrote {path}", flush=True)
-    return 0
+        check = Check(a.call, work, sys.executable, bundles, a.budget_s, a.scale, out, standins, a.tests)
+    except ValueError as exc:   # a budget too small for any stage
+        p.error(str(exc))
+    signal.signal(signal.SIGTERM, _stop)   # the call's limit: the running stage's group goes with us
+    code = check.run_plan()
+    if code == NO_CUDA:
+        print(f"check: STOP: no CUDA device here ({check.info.get('error')}); the wheels were checked and "
+              "installed (see summary.json). The other stages need the GPU machine: see .ci/gpu/README.md",
+              file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `make gpu-check`: on the GPU machine, from the repository root, after the wheels were
-# carried over (.ci/gpu/README.md). Installs them, runs the whole test suite and the GPU
-# benchmarks, writes bench/results/gpu/<h100|h200>/summary.json. Without CUDA it stops
-# after the wheels and the install, with exit code 3. Options: see `check.py --help`.
+# `make gpu-check`: on the GPU machine, from the repository root, in the same device call
+# that carried the wheels (.ci/gpu/README.md): `bash .ci/gpu/receive.sh; bash .ci/gpu/check.sh
+# --budget-s B`. Installs them, runs the stages of plan.py under hard caps, and writes
+# summary.json and gpu-results.tar.gz into $OUT after every stage. Without CUDA it stops
+# after the install and the smoke test, with exit code 3. Options: `check.py --help`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 py="${PYTHON:-}"

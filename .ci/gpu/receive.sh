@@ -2,7 +2,8 @@
 # On the GPU machine: check the wheel parts this device call carried (.whl/gpu/bundle-N)
 # and link them into a store outside the repository, where they stay while the machine
 # stays warm (30 s idle), so the next call can carry the next bundle. Prints which
-# bundles are still to come. .ci/gpu/README.md has the whole recipe.
+# bundles are still to come; exits 1 when a part is damaged. Follow it with `;`, not `&&`:
+# check.sh then reports what is missing and runs what it can. .ci/gpu/README.md has the recipe.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 py="${PYTHON:-python3}"

@@ -1,7 +1,10 @@
-"""bench/results/gpu/<kind>/summary.json from the stage files of .ci/gpu/check.py: the
-machine, the tests, every figure, each target met or not and why, and where the
-per-benchmark JSON files are. Also a table for people, and copies for the device tool's
-$OUT (at most 8 files come back from a call: summary.json and one .tar.gz of the folder).
+"""summary.json of the GPU check, from its stage files (.ci/gpu/check.py writes one per
+stage, WORK/stages/<call>.<stage>.json): the plan, every stage's status (crashed ones with
+their signal and last lines), the machine, the tests, every figure, each target met or not
+and why. Rewritten after every stage, with the results folder
+(bench/results/gpu/<kind>/: summary.json, the benchmarks' JSON, the logs' last lines) as
+one .tar.gz, into the device tool's $OUT, so a call stopped at its limit returns what
+finished.
 
     python .ci/gpu/summary.py bench/results/gpu/h100/summary.json   # the README's table
 """
@@ -16,7 +19,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 BENCH_FILES = {"loader": "loader_img_s.json", "gpu_decode": "gpu_decode.json", "prefetch": "prefetch_overlap.json",
-               "resnet50": "resnet50.json", "ddp": "ddp.json", "grid_splice": "grid_splice.json"}
+               "resnet50": "resnet50.json", "ddp": "ddp.json", "grid_splice": "grid_splice.json",
+               "dali_decode": "gpu_decode_dali.json"}
+STAGE_FIELDS = ("status", "signal", "cap_s", "seconds", "at_s", "reason", "returncode", "tail", "passed", "failed",
+                "skipped", "crashed", "timed_out", "running_when_stopped", "set", "orphans_killed")
+LOG_TAIL = 64 * 1024   # bytes of each log kept in the results
 
 
 def kind_of(device: str | None) -> str:
@@ -43,79 +50,102 @@ def _target(check: str, measured, needed: float, why_missed: str | None, unit: s
     return row
 
 
-def compose(stages: Path, repo: Path, info: dict) -> tuple[dict, Path]:
+def _stage_files(stages: Path) -> dict[str, dict]:
+    """'<call>.<stage>' -> its stage file, in the order the stages ran."""
+    files = {p.stem: _load(p) for p in stages.glob("*.json") if not p.stem.endswith(".plan")}
+    return dict(sorted(files.items(), key=lambda kv: (kv[0].split(".")[0] != "core", kv[1].get("order", 0))))
+
+
+def compose(stages: Path, results: Path) -> tuple[dict, Path]:
+    """The summary, and the results folder it belongs in (results/bench/results/gpu/<kind>)."""
+    ran = _stage_files(stages)
+    info = ran.get("core.smoke") or ran.get("dali.smoke") or {}
     kind = kind_of(info.get("device"))
-    out_dir = repo / "bench" / "results" / "gpu" / kind
+    out_dir = results / "bench" / "results" / "gpu" / kind
     out_dir.mkdir(parents=True, exist_ok=True)
     benches, paths = {}, {}
     for stage, name in BENCH_FILES.items():
-        result = _load(stages / f"bench-{stage}.json")
-        src = Path(result.get("json", "/nonexistent"))
+        result = ran.get(f"{'dali' if stage.startswith('dali') else 'core'}.{stage}", {})
+        src = Path(result.get("json") or "/nonexistent")
         if src.is_file():
             shutil.copy2(src, out_dir / name)
             benches[stage] = _load(out_dir / name)
-            paths[name.removesuffix(".json")] = str((out_dir / name).relative_to(repo))
-    for log in stages.glob("pytest-*.log"):
-        shutil.copy2(log, out_dir / log.name)
-    loader, decode, prefetch, resnet, ddp, splice = (benches.get(s, {}) for s in BENCH_FILES)
-    install, tests, wheels = _load(stages / "install.json"), _load(stages / "tests.json"), _load(stages / "wheels.json")
-    runs = tests.get("runs", {})
-    dali = install.get("imports", {}).get("dali", {})
-    missing_dali = wheels.get("groups", {}).get("dali", {}).get("missing")
+            paths[name.removesuffix(".json")] = f"bench/results/gpu/{kind}/{name}"
+    loader, decode, prefetch, resnet, ddp, splice, dali_decode = (benches.get(s, {}) for s in BENCH_FILES)
+    setup = ran.get("core.setup", {})
+    dali_setup = ran.get("dali.setup", {})
+    dali = dali_setup.get("imports", {}).get("dali", {})
+    runs = {k.split(".", 1)[1]: {f: v.get(f) for f in ("status", "passed", "failed", "skipped", "crashed",
+                                                         "timed_out", "running_when_stopped", "files")}
+            for k, v in ran.items() if k in ("core.cuda_tests", "core.rest", "dali.dali_tests")}
     figures = {
         "loader_img_s": loader.get("loader_img_s"), "torchvision_img_s": loader.get("torchvision_img_s"),
         "torchvision_uint8_img_s": loader.get("torchvision_uint8_img_s"),
         "cpu_threads_img_s": decode.get("cpu_threads_img_s"), "gpu_decode_img_s": decode.get("gpu_decode_img_s"),
-        "dali_mixed_img_s": decode.get("dali_mixed_img_s"), "fastest_nvimgcodec_backend": decode.get("fastest_backend"),
+        "dali_mixed_img_s": dali_decode.get("dali_mixed_img_s"),
+        "fastest_nvimgcodec_backend": decode.get("fastest_backend"),
         "nvimgcodec_backends": decode.get("backends"), "prefetch_overlap": prefetch.get("hidden_fraction"),
         "prefetch_copy_ms": prefetch.get("copy_ms"), "resnet50_real_img_s": resnet.get("real_images_per_s"),
         "resnet50_synthetic_img_s": resnet.get("synthetic_images_per_s"),
         "resnet50_real_over_synthetic": resnet.get("resnet50_real_over_synthetic"), "ddp_ok": ddp.get("ddp_ok"),
         "grid_splice_x_region": splice.get("splice_x_region"), "grid_splice_backend": splice.get("splice_backend"),
+        "grid_splice_originals_by": splice.get("originals_by"),
+        "region_decode_safe": info.get("region_decode_safe"),
     }
     rows = {r.get("name"): r for r in decode.get("results", [])}
-    cpu = figures["cpu_threads_img_s"]
+    dali_rows = {r.get("name"): r for r in dali_decode.get("results", [])}
+    cpu = figures["cpu_threads_img_s"] or dali_decode.get("cpu_threads_img_s")
     targets = [
         _target("loader_img_s: FeedLoader, RRC 224 + flip, bf16 channels_last on the GPU, 16 threads",
-                figures["loader_img_s"], 10_000, loader.get("diagnosis") or _stage_reason(stages, "loader"), " img/s"),
+                figures["loader_img_s"], 10_000, loader.get("diagnosis") or _stage_reason(ran, "core.loader"),
+                " img/s"),
         _target("gpu_decode_img_s / CPU threads' img/s", _ratio(figures["gpu_decode_img_s"], cpu), 1.5,
-                rows.get("gpu", {}).get("reason") or _stage_reason(stages, "gpu_decode")),
+                rows.get("gpu", {}).get("reason") or _stage_reason(ran, "core.gpu_decode")),
         _target("dali_mixed_img_s / CPU threads' img/s", _ratio(figures["dali_mixed_img_s"], cpu), 1.5,
-                rows.get("dali", {}).get("reason") or dali.get("error") or _stage_reason(stages, "gpu_decode")),
+                dali_rows.get("dali", {}).get("reason") or dali.get("error") or _stage_reason(ran, "dali.dali_decode")),
+        _target("prefetch_overlap: share of the copy hidden behind the step", figures["prefetch_overlap"], 0.9,
+                _stage_reason(ran, "core.prefetch"), ""),
         _target("resnet50_real_over_synthetic", figures["resnet50_real_over_synthetic"], 0.95,
-                resnet.get("diagnosis") or resnet.get("error") or _stage_reason(stages, "resnet50"), ""),
-        {"check": "DDP: torchrun --nproc_per_node=1 starts (NCCL), trains, checkpoints", "measured": figures["ddp_ok"],
-         "target": "true", "passed": figures["ddp_ok"],
-         **({} if figures["ddp_ok"] else {"why": _stage_reason(stages, "ddp") or "see ddp.json"})},
+                resnet.get("diagnosis") or resnet.get("error") or _stage_reason(ran, "core.resnet50"), ""),
+        {"check": f"DDP: torchrun --nproc_per_node={info.get('gpus') or 1} starts (NCCL), trains, checkpoints",
+         "measured": figures["ddp_ok"], "target": "true", "passed": figures["ddp_ok"],
+         **({} if figures["ddp_ok"] else {"why": _stage_reason(ran, "core.ddp") or "see ddp.json"})},
     ]
-    failed = sum(r.get("tests_failed") or 0 for r in runs.values())
-    targets.append({"check": "tests: whole suite on the GPU machine, no failure", "measured": failed,
-                    "target": "0 failed", "passed": bool(runs) and failed == 0 and all(
-                        r.get("tests_failed") is not None for r in runs.values())})
+    cuda = runs.get("cuda_tests", {})
+    targets.append({"check": "tests: pytest -m cuda on the GPU, no failure, no crash", "measured": cuda.get("failed"),
+                    "target": "0 failed, none crashed, some passed",
+                    "passed": (cuda.get("status") == "ok" and (cuda.get("passed") or 0) > 0) if cuda else None,
+                    **({} if cuda.get("status") == "ok" and cuda.get("passed") else {"why": _tests_why(cuda)})})
     summary = {
         "kind": kind, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device": info.get("device"), "driver": info.get("driver"), "cuda": info.get("cuda"),
-        "torch": info.get("torch"), "torchvision": info.get("torchvision"), "cudnn": info.get("cudnn"),
-        "capability": info.get("capability"), "memory_gib": info.get("memory_gib"), "cpu_cores": info.get("cpu_cores"),
-        "cpu": info.get("cpu"), "python": info.get("python"),
-        "installed": install.get("imports"),
+        "device": info.get("device"), "gpus": info.get("gpus"), "capability": info.get("capability"),
+        "memory_gib": info.get("memory_gib"), "cuda": info.get("cuda"), "torch": info.get("torch"),
+        "nvimgcodec": info.get("nvimgcodec"), "cpu_cores": info.get("cpu_cores"),
+        "smoke": {k: info.get(k) for k in ("available", "full_decode_ok", "full_decode_diffs", "region",
+                                             "dali_slice", "region_decode_safe", "rule", "error")},
+        "installed": setup.get("imports"),
         "dali": {"installed": bool(dali.get("ok")), "version": dali.get("version"),
-                 "reason": None if dali.get("ok") else (
-                     f"wheels not all received ({', '.join(missing_dali)}); carry the remaining bundles"
-                     if missing_dali else dali.get("error"))},
-        "tests": {**runs, "tests_passed": sum(r.get("tests_passed") or 0 for r in runs.values()),
-                  "tests_failed": failed},
-        "figures": figures, "targets": targets,
+                 "reason": None if dali.get("ok") else (dali.get("error") or "the optional DALI call did not run")},
+        "tests": runs, "figures": figures, "targets": targets,
         "profile": {"per_batch_of_256_ms": _budget(figures),
                     "loader": loader.get("profile"), "loader_diagnosis": loader.get("diagnosis"),
                     "resnet50_epochs": [{k: e.get(k) for k in ("epoch", "images_per_s", "data_wait", "epoch_s")}
                                         for e in resnet.get("epochs", [])],
                     "resnet50_diagnosis": resnet.get("diagnosis")},
         "benchmarks": paths,
-        "stages": {p.stem: {k: v for k, v in _load(p).items() if k in ("ok", "seconds", "reason", "returncode")}
-                   for p in sorted(stages.glob("*.json"))},
+        "plans": {p.stem: _load(p) for p in sorted(stages.glob("*.plan.json"))},
+        "stages": {k: {f: v[f] for f in STAGE_FIELDS if v.get(f) not in (None, [], "")} for k, v in ran.items()},
     }
     return summary, out_dir
+
+
+def _tests_why(run: dict) -> str:
+    if not run:
+        return "not run"
+    bad = [f"{r['file']}: {r['status']}" + (f" ({r['signal']})" if r.get("signal") else "")
+           + (f" in {r['running_when_stopped']}" if r.get("running_when_stopped") else "")
+           for r in run.get("files", []) if r.get("status") not in ("ok", "no tests")]
+    return "; ".join(bad) or ("no test passed (all skipped?)" if not run.get("passed") else run.get("status", "?"))
 
 
 def _budget(figures: dict) -> dict:
@@ -132,42 +162,55 @@ def _ratio(a, b):
     return a / b if a and b else None
 
 
-def _stage_reason(stages: Path, stage: str) -> str | None:
-    result = _load(stages / f"bench-{stage}.json")
+def _stage_reason(ran: dict, key: str) -> str | None:
+    result = ran.get(key)
     if not result:
         return "not run"
-    if result.get("ok"):
+    if result.get("status") == "ok":
         return None
-    return result.get("reason") or f"exit {result.get('returncode')}: {(result.get('tail') or '')[-300:]}"
+    why = result.get("status", "?") + (f" ({result['signal']})" if result.get("signal") else "")
+    return why + ": " + (result.get("reason") or (result.get("tail") or "")[-300:])
 
 
 def table(summary: dict) -> str:
-    lines = [f"{summary['device']} (driver {summary['driver']}, CUDA {summary['cuda']}, torch {summary['torch']}, "
-             f"{summary['cpu_cores']} cores), {summary['date']}"]
+    lines = [f"{summary['device']} ({summary['gpus']} GPU, CUDA {summary['cuda']}, torch {summary['torch']}, "
+             f"nvImageCodec {summary['nvimgcodec']}), {summary['date']}"]
+    for name, stage in summary["stages"].items():
+        lines.append(f"  stage {name:18} {stage.get('status', '?'):12} {stage.get('seconds', 0):6.0f} s "
+                     f"of {stage.get('cap_s', 0):.0f}" + (f"  [{stage['signal']}]" if stage.get("signal") else ""))
     for t in summary["targets"]:
         result = {True: "pass", False: "MISSED", None: "not measured"}[t["passed"]]
         measured = t["measured"]
         shown = f"{measured:,.3f}" if isinstance(measured, float) else str(measured)
         lines.append(f"  {result:12} {t['check']}: {shown} (needed {t['target']})"
                      + (f"\n               why: {t['why']}" if t.get("why") else ""))
-    tests = summary["tests"]
-    lines.append(f"  tests: {tests['tests_passed']} passed, {tests['tests_failed']} failed "
-                 + " ".join(f"[{k}: {v.get('tests_passed')} passed, {v.get('tests_failed')} failed, "
-                            f"{v.get('tests_skipped')} skipped]" for k, v in tests.items() if isinstance(v, dict)))
     return "\n".join(lines)
 
 
-def write(stages: Path, repo: Path, info: dict, copy_to: str | None = None) -> Path:
-    """Write summary.json and print its table; with ``copy_to`` (the device tool's $OUT,
-    whose files come back from the call) also a copy and a .tar.gz of the results folder."""
-    summary, out_dir = compose(stages, repo, info)
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def write(stages: Path, logs: Path, results: Path, copy_to: Path | None = None) -> Path:
+    """Write summary.json into the results folder, with the benchmarks' JSON and the logs'
+    last lines; with ``copy_to`` (the device tool's $OUT) also summary.json and
+    gpu-results.tar.gz (bench/results/gpu/<kind>/, to unpack in the repository) there."""
+    summary, out_dir = compose(stages, results)
+    (out_dir / "logs").mkdir(exist_ok=True)
+    for log in sorted(logs.glob("*.log")):
+        data = log.read_bytes()[-LOG_TAIL:]
+        (out_dir / "logs" / log.name).write_bytes(data)
     path = out_dir / "summary.json"
-    path.write_text(json.dumps(summary, indent=1, default=str) + "\n")
-    print(table(summary), flush=True)
-    if copy_to and Path(copy_to).is_dir():
-        shutil.copy2(path, Path(copy_to) / "summary.json")
-        with tarfile.open(Path(copy_to) / f"gpu-results-{summary['kind']}.tar.gz", "w:gz") as tar:
-            tar.add(out_dir, arcname=str(out_dir.relative_to(repo)))
+    text = json.dumps(summary, indent=1, default=str) + "\n"
+    _atomic_write(path, text)
+    if copy_to is not None and copy_to.is_dir():
+        _atomic_write(copy_to / "summary.json", text)
+        tmp = copy_to / "gpu-results.tar.gz.tmp"
+        with tarfile.open(tmp, "w:gz") as tar:
+            tar.add(out_dir, arcname=f"bench/results/gpu/{summary['kind']}")
+        tmp.replace(copy_to / "gpu-results.tar.gz")
     return path
 
 
@@ -178,8 +221,8 @@ def markdown(summary: dict) -> str:
             return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
         return "-" if value is None else str(value)
     f = summary["figures"]
-    lines = [f"Measured on {summary['device']} ({summary['cpu_cores']} CPU cores, driver {summary['driver']}, "
-             f"CUDA {summary['cuda']}, torch {summary['torch']}), {summary['date'][:10]}:", "",
+    lines = [f"Measured on {summary['device']} ({summary['gpus']} GPU, CUDA {summary['cuda']}, torch {summary['torch']}, "
+             f"nvImageCodec {summary['nvimgcodec']}), {summary['date'][:10]}:", "",
              "| what | measured | target | met |", "| --- | --- | --- | --- |"]
     for t in summary["targets"]:
         met = {True: "yes", False: "**no**", None: "not measured"}[t["passed"]]

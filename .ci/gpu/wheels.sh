@@ -2,7 +2,8 @@
 # `make gpu-wheels`, run HERE (it needs the package index): downloads every wheel the GPU
 # check installs (Python 3.12, manylinux x86_64; not torch/torchvision, which the GPU
 # image has), checks that nothing is missing, and cuts them into bundles under .whl/gpu/
-# (git-ignored), one bundle per device call. .ci/gpu/README.md has the calls to make.
+# (git-ignored), one bundle per device call: bundle-1 holds the core group alone (what the
+# one core call needs), the others DALI. .ci/gpu/README.md has the calls to make.
 # Takes a few minutes the first time (xz of DALI); the compressed forms are cached.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -51,14 +52,15 @@ echo "gpu-wheels: working tree ${tree_mib%.*} MiB, so bundles of at most ${bundl
   --out "$out" --cache "$cache/xz" --bundle-mib "$bundle_mib" --part-mib 60
 
 n=$(ls -d "$out"/bundle-* | wc -l)
-first="bash .ci/gpu/receive.sh && bash .ci/gpu/check.sh"
-last="bash .ci/gpu/receive.sh && bash .ci/gpu/check.sh --only tests,gpu_decode"
-echo "gpu-wheels: $n bundles in $out. The device calls, back to back (a machine idle for 30 s"
-echo "  is given back with everything it received; .ci/gpu/README.md says more):"
-for i in $(seq 1 "$n"); do
-  if [ "$n" -eq 1 ]; then cmd="bash .ci/gpu/receive.sh && bash .ci/gpu/check.sh"
-  elif [ "$i" -eq 1 ]; then cmd="$first"
-  elif [ "$i" -eq "$n" ]; then cmd="$last"
-  else cmd="bash .ci/gpu/receive.sh"; fi
-  echo "  call $i: carry [\"$out/bundle-$i\"]  command: $cmd"
-done
+tree_and_core=$("$py" -c "print(round($tree_mib + $(du -sb "$out/bundle-1" | cut -f1) / 2**20, 1))")
+echo "gpu-wheels: $n bundles in $out; call 1 carries ${tree_and_core} MiB (working tree + bundle-1, limit $limit_mib)."
+echo "  The procedure (.ci/gpu/README.md): python3 .ci/gpu/plan.py --device-left-s <status's budget_left_s>, then"
+echo "  call 1: carry [\"$out/bundle-1\"]  command: bash .ci/gpu/receive.sh; bash .ci/gpu/check.sh --budget-s <B>"
+if [ "$n" -gt 1 ]; then
+  echo "  optional DALI calls, back to back on the warm machine:"
+  for i in $(seq 2 "$n"); do
+    if [ "$i" -lt "$n" ]; then cmd="bash .ci/gpu/receive.sh"
+    else cmd="bash .ci/gpu/receive.sh; bash .ci/gpu/check.sh --call dali --budget-s <B>"; fi
+    echo "  call $i: carry [\"$out/bundle-$i\"]  command: $cmd"
+  done
+fi

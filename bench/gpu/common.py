@@ -7,7 +7,10 @@ the CPU in seconds (tiny sizes), so the tests here catch import errors and bad a
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import statistics
+import subprocess
 import time
 from typing import Callable, Iterator
 
@@ -154,3 +157,22 @@ def diagnose(profile: dict, threads: int) -> str:
 def gpu_name() -> str | None:
     import torch
     return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
+def run_for(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """``cmd`` for at most ``timeout`` seconds, its whole process group killed then; a run
+    stopped so returns exit code 124 and the output it had, so the benchmark still writes
+    its JSON (torchrun's and the trainer's children go with it)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return subprocess.CompletedProcess(cmd, 124, out, (err or "") + f"\nstopped after {timeout:.0f} s")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # whatever of its group outlived it
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -1,10 +1,10 @@
-"""ddp: under `torchrun --nproc_per_node=1` (one GPU is lent), NCCL starts, DDP trains and
+"""ddp: under `torchrun --nproc_per_node=N` (N: the GPUs present, --nproc), NCCL starts, DDP trains and
 a checkpoint is written and read back; then `feedline train` does the same under torchrun.
 
     python bench/gpu/ddp.py --data photos.lmdb --out ddp.json
 
 Two runs, each a subprocess of `python -m torch.distributed.run --standalone
---nproc_per_node=1`: this file with --probe (init_process_group("nccl"), a DDP-wrapped
+--nproc_per_node=N`: this file with --probe (init_process_group("nccl"), a DDP-wrapped
 model, a few steps, an all-reduce whose result is known, torch.save / torch.load), and
 `-m feedline.train` (a few ResNet-18 steps, --save-every, its checkpoint loaded back).
 With --cpu-smoke both run on the CPU with gloo.
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,10 @@ from bench.common import say, write_results  # noqa: E402
 from bench.gpu import common  # noqa: E402
 
 NAME = "ddp"
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1"]
+
+
+def torchrun(nproc: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
 
 
 def probe(out: Path, cpu: bool) -> dict:
@@ -66,9 +68,9 @@ def probe(out: Path, cpu: bool) -> dict:
         dist.destroy_process_group()
 
 
-def run_torchrun(args_tail: list[str], timeout: float) -> tuple[int, str, float]:
+def run_torchrun(args_tail: list[str], timeout: float, nproc: int) -> tuple[int, str, float]:
     t0 = time.perf_counter()
-    proc = subprocess.run(TORCHRUN + args_tail, capture_output=True, text=True, timeout=timeout)
+    proc = common.run_for(torchrun(nproc) + args_tail, timeout)
     return proc.returncode, (proc.stdout + proc.stderr)[-3000:], time.perf_counter() - t0
 
 
@@ -79,8 +81,8 @@ def trainer_check(args, work: Path) -> dict:
             "--threads", str(args.threads), "--decoder", common.cpu_decoder(), "--synthetic-steps", "0",
             "--out", str(run_dir), "--no-progress",
             "--size", "32" if args.cpu_smoke else "224", "--device", "cpu" if args.cpu_smoke else "cuda"]
-    rc, output, seconds = run_torchrun(tail, args.timeout)
-    result = {"returncode": rc, "seconds": seconds, "command": " ".join(TORCHRUN + tail)}
+    rc, output, seconds = run_torchrun(tail, args.timeout, args.nproc)
+    result = {"returncode": rc, "seconds": seconds, "command": " ".join(torchrun(args.nproc) + tail)}
     metrics = run_dir / "metrics.jsonl"
     events = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.is_file() else []
     start = next((e for e in events if e.get("event") == "start"), {})
@@ -102,7 +104,7 @@ def run(args) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     tail = [str(Path(__file__).resolve()), "--probe", "--out", str(work / "probe.json")] + (
         ["--cpu-smoke"] if args.cpu_smoke else [])
-    rc, output, seconds = run_torchrun(tail, args.timeout)
+    rc, output, seconds = run_torchrun(tail, args.timeout, args.nproc)
     probe_result = json.loads((work / "probe.json").read_text()) if rc == 0 else {"output": output}
     probe_result.update(returncode=rc, seconds=seconds)
     probe_result["ok"] = rc == 0 and probe_result.get("all_reduce_ok") and probe_result.get("checkpoint_round_trip")
@@ -127,15 +129,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=16)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--timeout", type=float, default=240)
+    p.add_argument("--nproc", type=int, help="ranks, one per GPU (default: every GPU present; 1 with --cpu-smoke)")
     p.add_argument("--cpu-smoke", action="store_true", help="gloo on the CPU, a tiny model: proves the script works")
     p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # the part torchrun starts
     args = p.parse_args(argv)
-    common.positive(p, args, "threads", "batch_size")
+    common.positive(p, args, "threads", "batch_size", "nproc")
     if args.cpu_smoke:
         args.threads, args.batch_size = 2, 8
     if args.probe:
-        Path(args.out).write_text(json.dumps(probe(Path(args.out).parent, args.cpu_smoke)))
+        result = probe(Path(args.out).parent, args.cpu_smoke)
+        if int(os.environ.get("RANK", 0)) == 0:   # one writer
+            Path(args.out).write_text(json.dumps(result))
         return 0
+    if args.nproc is None:
+        import torch
+        args.nproc = 1 if args.cpu_smoke else max(1, torch.cuda.device_count())
     if not args.data:
         p.error("--data is required")
     if not args.cpu_smoke:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -64,7 +63,7 @@ def run(args) -> dict:
     cmd = train_command(args, images, run_dir)
     say(f"{NAME}: " + " ".join(cmd))
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    proc = common.run_for(cmd, args.timeout)   # stopped at --timeout: what it logged so far still counts
     seconds = time.perf_counter() - t0
     events = read_events(run_dir / "metrics.jsonl")
     summary = next((e for e in reversed(events) if e.get("event") == "summary"), {})

@@ -32,8 +32,11 @@ listed in OUT.errors.csv as symlink-loop or symlink-repeat.
 columns: path, label (one class), labels (classes separated by ';'), target (a number,
 or numbers separated by ';'); or JSON Lines (FILE.jsonl), one object per image:
 {"path": ..., "label": ..., "labels": [...], "target": [...], "boxes": [[x0, y0, x1, y1,
-class], ...]} (boxes in source pixels). Integer classes stay the integers they are
-(classes "0".."max"); other classes are names, numbered in sorted order. Images the
+class], ...], "keypoints": [[x, y, visible], ...]} (boxes and keypoints in source pixels;
+a box wholly outside its image stops the pack with its row, one partly outside is
+clipped). Each of label, labels and the box classes has its own class list: integer
+classes stay the integers they are (classes "0".."max"); other classes are names,
+numbered in sorted order. Images the
 file does not list (not-in-labels-csv) and rows whose file is missing (missing) are
 listed in OUT.errors.csv, not packed.
 

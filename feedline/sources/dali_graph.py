@@ -10,6 +10,7 @@ import torch
 from ..config import LoaderConfig
 from ..errors import BackendUnavailable
 from .normalization import pixel_mean_std
+from .gpu_region import gpu_region_decode
 
 INSTALL = "pip install nvidia-dali-cuda130 (or, from a feedline clone, pip install '.[dali]')"
 
@@ -31,11 +32,15 @@ def device_id_of(config: LoaderConfig) -> int | None:
     return torch.device(config.output.device).index if config.output.on_cuda else None
 
 
-def build_pipeline(dali: SimpleNamespace, config: LoaderConfig, inputs: Callable):
+def build_pipeline(dali: SimpleNamespace, config: LoaderConfig, inputs: Callable, region_decode: bool | None = None):
     """A built pipeline that takes (jpegs, crop anchors, crop shapes, mirror flags) per batch
-    from ``inputs`` and gives the finished images: decode the crop, resize, mirror, normalize."""
+    from ``inputs`` and gives the finished images: decode the crop, resize, mirror, normalize.
+    ``region_decode`` False decodes whole images and slices the crops (same pixels); None
+    decides by ``gpu_region.gpu_region_decode`` on the GPU, and decodes regions on the CPU."""
     out, types, fn = config.output, dali.types, dali.fn
     device_id = device_id_of(config)
+    if region_decode is None:
+        region_decode = device_id is None or gpu_region_decode(device_id)
     pipe = dali.Pipeline(batch_size=config.batch_size, num_threads=config.num_threads, device_id=device_id,
                          prefetch_queue_depth=config.prefetch, exec_async=True, exec_pipelined=True,
                          exec_dynamic=True)
@@ -49,8 +54,12 @@ def build_pipeline(dali: SimpleNamespace, config: LoaderConfig, inputs: Callable
         # Store sizes ignore EXIF, as every decoder here does; on the GPU, nvJPEG upsamples
         # chroma as libjpeg-turbo does (fancy upsampling), so both give the same pixels.
         decode = {"device": "cpu"} if device_id is None else {"device": "mixed", "jpeg_fancy_upsampling": True}
-        images = fn.decoders.image_slice(jpegs, anchors, shapes, axis_names="HW", output_type=types.RGB,
-                                         adjust_orientation=False, **decode)
+        if region_decode:
+            images = fn.decoders.image_slice(jpegs, anchors, shapes, axis_names="HW", output_type=types.RGB,
+                                             adjust_orientation=False, **decode)
+        else:   # region decode unsafe on this GPU (gpu_region): the whole image, then the crop
+            images = fn.decoders.image(jpegs, output_type=types.RGB, adjust_orientation=False, **decode)
+            images = fn.slice(images, anchors, shapes, axis_names="HW")
         images = fn.resize(images, size=list(config.augment.size), antialias=True, interp_type=types.INTERP_LINEAR)
         images = fn.crop_mirror_normalize(images, mirror=mirrors, mean=mean, std=std,
                                           dtype=dali_dtype(types, out.dtype),

@@ -1,7 +1,8 @@
 """GpuDecodeBatches: nvImageCodec decodes each batch's crop regions on the GPU (nvJPEG's
 CUDA decoder, and the hardware JPEG decoder of A100/H100/H200 where present), then torch
 resizes, mirrors and normalizes them there. Same crops, flips, labels and bad-record
-rule as every source; only the decoding moves.
+rule as every source; only the decoding moves. Where GPU region decode is unsafe
+(``gpu_region``), whole images are decoded and cropped on the GPU instead.
 
 Ordering (torchvision#9606, torchcodec#1634): on H100/H200 the hardware decoder writes
 its output without waiting for work already queued on the stream it is given, so memory
@@ -25,6 +26,7 @@ from ..decoders.base import Box
 from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
 from .background import ahead
+from .gpu_region import crop_on_device, gpu_region_decode
 from .normalization import layout_of, normalize_batch
 from .policy import BadRecordPolicy
 from .target_batches import each_tensor, target_spec, to_device
@@ -63,6 +65,7 @@ class GpuDecodeBatches:
         self._cpu = grid_decoder_for(store, self._cpu)   # refuses a damaged grid as the splice does
         # -- end grid splice
         self._transforming = transforming(store, config)
+        self._region = gpu_region_decode(self.device)   # False: decode whole images, crop on the GPU
 
     # -- one batch, on the producer thread --------------------------------------------
 
@@ -91,16 +94,21 @@ class GpuDecodeBatches:
     def _decode(self, samples) -> list:
         """Each sample's crop as a CUDA or host image; None where the GPU could not decode."""
         nv = self._nv
-        streams, where = [], []
+        streams, where, whole = [], [], {}   # whole: sample -> its crop box, decoded as a whole image
         if self._grid:  # grid splice (issue 24): a new batch, nothing left from one that failed
             self._grid.begin()
         for k, (_, data, box, _, _) in enumerate(samples):
             if isinstance(data, np.ndarray):   # a substitute, already decoded on the CPU
                 continue
             try:
-                stream = self._grid.stream(k, data, box) if self._grid else (  # grid splice (issue 24)
-                    nv.CodeStream(data).get_sub_code_stream(region=nv.Region(
-                        start=(box.top, box.left), end=(box.top + box.height, box.left + box.width))))
+                if self._grid:   # grid splice (issue 24)
+                    stream = self._grid.stream(k, data, box)
+                elif self._region:
+                    stream = nv.CodeStream(data).get_sub_code_stream(region=nv.Region(
+                        start=(box.top, box.left), end=(box.top + box.height, box.left + box.width)))
+                else:   # region decode unsafe here (gpu_region): the whole image, cropped below
+                    stream = nv.CodeStream(data)
+                    whole[k] = box
             except Exception:  # not a format nvImageCodec parses: the CPU decoder will say
                 continue
             streams.append(stream)
@@ -110,7 +118,7 @@ class GpuDecodeBatches:
             if streams else []
         images = [data if isinstance(data, np.ndarray) else None for _, data, _, _, _ in samples]
         for k, image in zip(where, decoded):
-            images[k] = image
+            images[k] = crop_on_device(image, whole[k], self.device) if k in whole else image
         return self._grid.crops(images) if self._grid else images   # grid splice (issue 24)
 
     def _finish(self, plan: BatchPlan, policy: BadRecordPolicy, stats: LoaderStats, epoch: EpochPlan):

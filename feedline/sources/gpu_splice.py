@@ -46,7 +46,7 @@ class GridSplice:
             image = images[k]
             if image is None or isinstance(image, np.ndarray):
                 continue
-            block = _tensor(image, self._device)
+            block = image_tensor(image, self._device)
             if tuple(block.shape[:2]) != size:
                 images[k] = None
                 continue
@@ -54,7 +54,7 @@ class GridSplice:
         return images
 
 
-def _tensor(image, device: torch.device) -> torch.Tensor:
+def image_tensor(image, device: torch.device) -> torch.Tensor:
     """An nvImageCodec image as an H x W x C uint8 tensor, without a copy; it keeps the image alive."""
     if "HOST" in str(getattr(image, "buffer_kind", "")):
         return torch.from_numpy(np.asarray(image))

@@ -3,8 +3,9 @@
 
 A store whose only field is ``label`` gets none of this: its batches are (images, int64
 labels) exactly as before. Otherwise the consumer receives, beside the images, the one
-field's tensor (``labels`` multi-hot float32, ``target`` float32) or, with several fields or
-boxes, a dict {name: tensor} with the layout of ``batch_layout`` (README: "Targets").
+field's tensor (``labels`` multi-hot float32, ``target`` float32, ``keypoints`` float32) or,
+with several fields or boxes, a dict {name: tensor} with the layout of ``batch_layout``
+(README: "Targets").
 """
 from __future__ import annotations
 
@@ -12,16 +13,17 @@ import numpy as np
 import torch
 
 from ..augment import plan as plan_augment
+from ..fields import LABEL_ONLY
 
 
 class TargetSpec:
     """What an engine needs to make a batch's targets: the store's columns, the layout of a
-    batch and ``min_box_visibility``. Boxes come out in output pixels: each fill is given the
-    output size (a size schedule changes it between epochs)."""
+    batch and ``min_box_visibility``. Boxes and keypoints come out in output pixels: each fill
+    is given the output size (a size schedule changes it between epochs)."""
 
     def __init__(self, store, batch_size: int, min_visibility: float):
         self.columns = store.target_columns
-        self.layout = self.columns.batch_layout(batch_size, len(store.classes))
+        self.layout = self.columns.batch_layout(batch_size)
         self.min_visibility = float(min_visibility)
         # one field, and not boxes (which come as three arrays): a bare tensor, as the label is
         self.single = next(iter(self.layout)) if len(self.layout) == 1 else None
@@ -55,7 +57,7 @@ class TargetSpec:
 def target_spec(store, config) -> TargetSpec | None:
     """The targets a loader of ``config`` delivers from ``store``; None when the store has only
     ``label`` (the classic int64 labels, delivered as they always were)."""
-    if set(store.fields) == {"label"}:
+    if store.fields == LABEL_ONLY:
         return None
     return TargetSpec(store, config.batch_size, config.min_box_visibility)
 

@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from ..errors import ChecksumError, StoreError
-from ..format import CHECKSUMS, COLUMN_NAMES, Columns, checksum, fields_of, has_checksums
+from ..format import CHECKSUMS, COLUMN_NAMES, Columns, checksum, class_lists_of, fields_of, has_checksums
 from ..targets import FIELD_COLUMNS, FieldsError, TargetColumns
 from .advice import will_need
 
@@ -67,15 +67,20 @@ class Store(ABC):
 
     @property
     def fields(self) -> dict[str, dict]:
-        """The fields the store was packed with (`feedline.targets`): {"label": {}} before version 3."""
+        """The fields the store was packed with (`feedline.fields`): {"label": {}} before version 3."""
         return fields_of(self.meta)
+
+    @property
+    def class_lists(self) -> dict[str, list[str]]:
+        """Each field's own class list (field -> names); ``classes`` is the label's (or the first)."""
+        return class_lists_of(self.meta)
 
     @property
     def target_columns(self) -> TargetColumns:
         """Every field's columns, flat arrays: what an engine copies a batch's targets from
         (``batch_layout``, ``fill``) without a Python object per sample."""
         if self._targets is None:
-            self._targets = TargetColumns(self.fields, {"labels": self.columns.labels}, len(self))
+            self._targets = TargetColumns(self.fields, {"labels": self.columns.labels}, len(self), self.class_lists)
         return self._targets
 
     def targets(self, index: int) -> dict:
@@ -189,7 +194,7 @@ def column_names(meta: dict) -> tuple[str, ...]:
 def load_targets(meta: dict, buffers: dict, count: int, where: str) -> TargetColumns:
     """The fields' columns, checked against ``count`` and their specs."""
     try:
-        return TargetColumns.from_buffers(fields_of(meta), buffers, count)
+        return TargetColumns.from_buffers(fields_of(meta), buffers, count, class_lists_of(meta))
     except (FieldsError, ValueError) as exc:
         raise StoreError(f"{where}: a target column is damaged ({exc}). Pack it again.") from None
 

@@ -34,11 +34,11 @@ class FolderStore(Store):
         self.classes = scan.classes
         self.meta = {"format": "folder", "count": len(scan.paths), "classes": scan.classes}
         if scan.fields != LABEL_ONLY:
-            self.meta["fields"] = scan.fields
+            self.meta["fields"], self.meta["class_lists"] = scan.fields, scan.class_lists
         self.columns = Columns.from_lists(scan.labels, np.full((len(scan.paths), 2), -1), scan.paths)
         if scan.targets is not None and scan.targets.fields:
             arrays = {"labels": self.columns.labels, **scan.targets.arrays}
-            self._targets = TargetColumns(scan.fields, arrays, len(scan.paths))
+            self._targets = TargetColumns(scan.fields, arrays, len(scan.paths), scan.class_lists)
         self._sizes_known = np.zeros(len(scan.paths), dtype=bool)
         self._too_large: dict[int, str] = {}   # index -> Pillow's reason: read() refuses these
 

@@ -21,6 +21,7 @@ from bisect import bisect_right
 import numpy as np
 
 from ..errors import ChecksumError, StoreError
+from ..fields import KINDS
 from ..format import Columns, parse_shard_index
 from ..targets import TargetColumns
 from .base import Store
@@ -53,6 +54,8 @@ class ShardedStore(Store):
                      "shards": [os.path.basename(f) for f in self.shard_files]}
         if "fields" in first.meta:
             self.meta["fields"] = self._targets.fields
+        if "class_lists" in first.meta:
+            self.meta["class_lists"] = first.meta["class_lists"]
 
     # -- opening --------------------------------------------------------------------------------
 
@@ -191,6 +194,9 @@ def _check_alike(stores: list[Store]) -> None:
                          if x != y), f"{len(other.classes)} vs {len(first.classes)} classes")
             raise StoreError(f"{where}: shards with different class lists ({diff}); their labels would "
                              "disagree. Pack them again together")
+        if other.class_lists != first.class_lists:
+            raise StoreError(f"{where}: shards with different class lists per field; their classes would "
+                             "disagree. Pack them again together")
         if _shape_of(other.fields) != _shape_of(first.fields):
             raise StoreError(f"{where}: shards with different fields ({', '.join(other.fields)}; "
                              f"{', '.join(first.fields)}); pack them again from one labels file")
@@ -202,8 +208,10 @@ def _check_alike(stores: list[Store]) -> None:
 
 
 def _shape_of(fields: dict) -> dict:
-    """What must agree between shards: the fields and each target's width (not the maxima)."""
-    return {name: {k: v for k, v in spec.items() if k != "max"} for name, spec in fields.items()}
+    """What must agree between shards: the fields and their specs, but for what joining them
+    settles (the most labels or boxes of one record: `Field.joined_spec`)."""
+    return {name: {k: v for k, v in spec.items() if k not in KINDS[name].joined_keys}
+            for name, spec in fields.items()}
 
 
 def _in_shard_order(stores: list[Store]) -> list[Store]:

@@ -25,6 +25,15 @@ class Amp(Choice):
     OFF = "off"                # full float32
 
 
+class TaskChoice(Choice):
+    """What a run learns (``--task``), named by the field kinds' ``task`` (`feedline.fields`)."""
+
+    AUTO = "auto"              # the store's one field a model can learn; refused when it has several
+    CLASSIFY = "classify"      # label: one class per image, cross-entropy
+    MULTILABEL = "multilabel"  # labels: several classes per image, binary cross-entropy
+    REGRESS = "regress"        # target: numbers, MSE or smooth L1
+
+
 class RegressionLoss(Choice):
     """The loss of a run that learns a store's ``target`` numbers."""
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..choices import Choice, Engine, OnError, Order
-from .choices import Amp, Arch, RegressionLoss, parse_device
+from .choices import Amp, Arch, RegressionLoss, TaskChoice, parse_device
 from .errors import TrainError
 from .optim_options import OptimOptions
 from .recipe_options import RecipeOptions
@@ -58,6 +58,9 @@ class TrainConfig(RecipeOptions, OptimOptions):
                                   "without warmup; capped at a fifth of the run", MODEL)
     label_smoothing: float = option(0.1, "regularizes over-confident logits (Szegedy et al., Inception v3)",
                                     MODEL, aliases=("--smoothing",))
+    task: TaskChoice = option(TaskChoice.AUTO, "what to learn from a store with several fields: classify "
+                              "(label), multilabel (labels) or regress (target); auto = its one such field, "
+                              "refused when it has several", MODEL)
     regression_loss: RegressionLoss = option(RegressionLoss.MSE, "loss of a `target` field: mse or smooth-l1", MODEL)
     zero_init_residual: bool = option(True, "start each residual block's last BatchNorm at gamma 0, so "
                                       "blocks start as identity", MODEL)

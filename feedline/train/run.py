@@ -39,7 +39,7 @@ class Trainer:
         self.input_dtype = self.amp.dtype or torch.float32
         self.lr = peak_lr(cfg, info.world_size)
         self.data: Data = open_data(cfg, info)
-        self.task = task_of(self.data)   # what it learns, from the store's fields
+        self.task = task_of(self.data, cfg.task)   # what it learns, from the store's fields and --task
         self.resume_state = checkpoint.load(cfg.resume_path) if cfg.resume_path else None
         refuse_a_run_in_the_way(cfg.out, self.resume_state is not None or cfg.overwrite, info)
         self.reporter = Reporter(cfg.out, info.is_main, info.world_size, cfg.progress,

@@ -1,8 +1,10 @@
-"""What the trainer learns, chosen from the training store's fields: one class per image
-(``label``: cross-entropy, top-1/top-5), several (``labels``: binary cross-entropy on each
-logit, mean average precision) or numbers (``target``: MSE or smooth L1, mean absolute error).
-A store with ``label`` trains as it always did, whatever else it holds; boxes alone are for
-your own loop (README: "a detection-style loop")."""
+"""What the trainer learns, chosen from the training store's fields by ``--task``: one class
+per image (``classify``, a ``label`` field: cross-entropy, top-1/top-5), several (``multilabel``,
+``labels``: binary cross-entropy on each logit, mean average precision) or numbers (``regress``,
+``target``: MSE or smooth L1, mean absolute error). Each field kind says which task it serves
+(`feedline.fields`); a store with one such field trains it, a store with several is refused
+until ``--task`` names one (the trainer does not guess). Boxes and keypoints are for your own
+loop (README: "a detection-style loop")."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,9 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..fields import KINDS
+from .choices import TaskChoice
 from .config import TrainError
 
 CLASSIFY, MULTI_LABEL, REGRESSION = "classification", "multi-label", "regression"
+KIND_OF_TASK = {TaskChoice.CLASSIFY: CLASSIFY, TaskChoice.MULTILABEL: MULTI_LABEL, TaskChoice.REGRESS: REGRESSION}
 
 
 class FieldLoss(nn.Module):
@@ -54,24 +59,35 @@ class Task:
         return FieldLoss(self.kind, self.field, str(cfg.regression_loss), cfg.label_smoothing)
 
 
-def choose_task(train, num_classes: int) -> Task:
-    """The task the fields of ``train`` (a Store; None with --synthetic) call for."""
-    fields = {"label": {}} if train is None else train.fields
-    if "label" in fields:
+def choose_task(train, num_classes: int, wanted: TaskChoice | str = TaskChoice.AUTO) -> Task:
+    """The task ``wanted`` (``--task``) of the fields of ``train`` (a Store; None with --synthetic)."""
+    wanted = TaskChoice(wanted)
+    if train is None:
         return Task(CLASSIFY, "label", num_classes)
-    if "labels" in fields:
-        return Task(MULTI_LABEL, "labels", len(train.classes))
-    if "target" in fields:
-        return Task(REGRESSION, "target", fields["target"]["width"])
-    raise TrainError(f"{train.filename} holds only boxes: the trainer trains classifiers (label or labels) "
-                     "and regressors (target); read the boxes in your own loop (README: a detection-style "
-                     "loop), or pack a label column too")
+    fields = train.target_columns.kinds
+    learnable = {f.task: f for f in fields.values() if f.task is not None}
+    choices = ", ".join(f"--task {task} ({f.name})" for task, f in learnable.items())
+    if wanted is TaskChoice.AUTO and len(learnable) > 1:
+        raise TrainError(f"{train.filename} holds {', '.join(f.name for f in learnable.values())}: say which "
+                         f"to learn with {choices}")
+    if wanted is TaskChoice.AUTO and learnable:
+        wanted = TaskChoice(next(iter(learnable)))
+    if wanted.value not in learnable:
+        kinds = ", ".join(k.name for k in KINDS.values() if k.task == wanted.value)
+        raise TrainError(f"{train.filename} holds only {', '.join(fields)}: the trainer trains classifiers "
+                         f"(label or labels) and regressors (target)"
+                         + (f"; --task {wanted.value} needs {kinds}" if kinds else "")
+                         + (f"; this store offers {choices}" if learnable else
+                            "; read boxes or keypoints in your own loop (README: a detection-style loop), or "
+                            "pack a label column too"))
+    f = learnable[wanted.value]
+    return Task(KIND_OF_TASK[wanted], f.name, num_classes if wanted is TaskChoice.CLASSIFY else f.outputs())
 
 
-def task_of(data) -> Task:
+def task_of(data, task_choice: TaskChoice | str = TaskChoice.AUTO) -> Task:
     """The task of a run's Data (train.data), checked against --val; ``data.num_classes``
     becomes the model's output width."""
-    task = choose_task(data.train, data.num_classes)
+    task = choose_task(data.train, data.num_classes, task_choice)
     check_val_fields(data.val, data.train, task)
     data.num_classes = task.outputs
     return task
@@ -85,6 +101,7 @@ def check_val_fields(val, train, task: Task) -> None:
         raise TrainError(f"--val {val.filename} has fields {sorted(val.fields)}, but the run learns "
                          f"{task.field!r} {train.fields[task.field]} from TRAIN {train.filename}: pack "
                          f"both from labels files with the same {task.field!r} column")
-    if task.kind == MULTI_LABEL and val.classes != train.classes:
-        raise TrainError(f"--val {val.filename} has other classes than TRAIN {train.filename}: "
-                         f"{len(val.classes)} vs {len(train.classes)}; pack both with the same class names")
+    mine, theirs = train.class_lists.get(task.field), val.class_lists.get(task.field)
+    if task.kind == MULTI_LABEL and mine != theirs:
+        raise TrainError(f"--val {val.filename} has other {task.field} classes than TRAIN {train.filename}: "
+                         f"{len(theirs or [])} vs {len(mine or [])}; pack both with the same class names")

@@ -1,0 +1,95 @@
+"""Whether the GPU may decode JPEG regions, and the crop that replaces it when not.
+
+nvImageCodec 0.9's GPU region decode (a sub-code-stream with a region, which
+``engine="gpu"`` and DALI's ``decoders.image_slice`` both use) is broken for ordinary,
+in-bounds regions (NVIDIA/nvImageCodec#55, open): the process dies with SIGSEGV on compute
+capability 9.0 (H100, H200) and 10.0 (B200), and the decode fails with an internal error on
+8.0 (A100) and the GB200/GB300; 0.8 works. DALI 2.3 and 2.4 require nvImageCodec 0.9, so
+the rule, on every GPU:
+
+  nvImageCodec 0.9.x: region decode unsafe; any other version: safe.
+
+Where it is unsafe, the GPU decodes the whole image and the crop is cut on the device (a
+view, no copy): slower for small crops of large images, never a crash. The environment
+variable FEEDLINE_GPU_REGION_DECODE overrides the rule: "0" never decodes regions on the
+GPU, "1" always does (once a fixed nvImageCodec is out), "auto" or unset applies the rule.
+The GPU check sets "0" when its smoke test sees a region decode crash. The choice is
+logged once per process. CPU decoding (DALI's CPU pipeline, libjpeg-turbo) is unaffected.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+import torch
+
+from ..decoders.base import Box
+from .gpu_splice import image_tensor
+
+log = logging.getLogger(__name__)
+
+SETTING = "FEEDLINE_GPU_REGION_DECODE"
+BROKEN_SERIES = ((0, 9),)   # nvImageCodec release series whose GPU region decode crashes or fails
+
+
+def region_decode_safe(nvimgcodec_version: str | None, capability: tuple[int, int] | None = None,
+                       setting: str | None = None) -> tuple[bool, str]:
+    """(safe, why) for GPU region decoding with this nvImageCodec on a GPU of this compute
+    capability, under ``setting`` (the value of FEEDLINE_GPU_REGION_DECODE, or None)."""
+    choice = (setting or "auto").strip().lower()
+    if choice in ("0", "1"):
+        return choice == "1", f"{SETTING}={choice}"
+    if choice != "auto":
+        raise ValueError(f"{SETTING}={setting!r}: expected 0, 1 or auto")
+    device = f"compute capability {capability[0]}.{capability[1]}" if capability else "this GPU"
+    if nvimgcodec_version is None:
+        return True, "nvImageCodec version unknown"
+    try:
+        series = tuple(int(x) for x in nvimgcodec_version.split(".")[:2])
+    except ValueError:
+        return True, f"nvImageCodec version {nvimgcodec_version!r} not understood"
+    if series in BROKEN_SERIES:
+        return False, (f"nvImageCodec {nvimgcodec_version} on {device}: its GPU region decode crashes or fails "
+                       "(NVIDIA/nvImageCodec#55)")
+    return True, f"nvImageCodec {nvimgcodec_version} on {device}"
+
+
+def nvimgcodec_version() -> str | None:
+    """The installed nvImageCodec's version, from its package metadata (no import)."""
+    from importlib import metadata
+    for dist in ("nvidia-nvimgcodec-cu13", "nvidia-nvimgcodec-cu12", "nvidia-nvimgcodec-cu11"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def gpu_region_decode(device: torch.device | int | None) -> bool:
+    """Whether to decode regions on ``device`` (a CUDA device); logs the choice once."""
+    capability = torch.cuda.get_device_capability(device) if torch.cuda.is_available() else None
+    safe, why = region_decode_safe(nvimgcodec_version(), capability, os.environ.get(SETTING))
+    _log_choice(safe, why)
+    return safe
+
+
+@functools.lru_cache(maxsize=None)
+def _log_choice(safe: bool, why: str) -> None:
+    if safe:
+        log.info("GPU region decode in use (%s)", why)
+    else:
+        log.warning("GPU region decode off: whole images are decoded and cropped on the GPU (%s; set %s=1 "
+                    "to force region decode)", why, SETTING)
+
+
+def crop_on_device(image, box: Box, device: torch.device) -> torch.Tensor | None:
+    """The crop ``box`` of a wholly decoded image (an nvImageCodec image or an array) as a
+    tensor view; None when the image is smaller than the box, which sends the sample to
+    the CPU fallback."""
+    if image is None:
+        return None
+    whole = image if isinstance(image, torch.Tensor) else image_tensor(image, device)
+    if whole.ndim != 3 or box.top + box.height > whole.shape[0] or box.left + box.width > whole.shape[1]:
+        return None
+    return whole[box.top:box.top + box.height, box.left:box.left + box.width]
