@@ -20,7 +20,7 @@ MUTMUT=$(dirname "$PY")/mutmut
 WORK=${MUTANTS_DIR:-${TMPDIR:-/tmp}/feedline-mutants}
 JOBS=${MUTANTS_JOBS:-1}
 
-# area -> "modules to mutate (globs) | tests to run". The CUDA prefetcher, the GPU decoder
+# area -> "modules to mutate (globs) | tests to run". The CUDA Finisher, the GPU decoder
 # and DALI's graph are left out: without a GPU no test reaches them (make gpu-check does).
 LOADER_TESTS="tests/test_loader.py tests/test_loader_oracles.py tests/test_loader_options.py tests/test_loader_resume.py
               tests/test_loader_quasi_random.py tests/test_ledger.py tests/test_sources_ledger.py
@@ -33,8 +33,10 @@ declare -A AREAS=(
   [loader]="feedline/loader.py feedline/ledger.py | $LOADER_TESTS"
   [sources]="feedline/sources/threads.py feedline/sources/decode_queue.py feedline/sources/feed.py
              feedline/sources/host_output.py feedline/sources/policy.py feedline/sources/normalization.py
-             feedline/sources/ring.py |
-             $LOADER_TESTS tests/test_sources_decode_queue.py tests/test_sources_host_output.py
+             feedline/sources/ring.py feedline/sources/slot.py feedline/sources/rows.py
+             feedline/sources/finisher.py |
+             $LOADER_TESTS tests/test_sources_decode_queue.py tests/test_sources_feed.py tests/test_sources_host_output.py
+             tests/test_slot.py tests/test_ring.py tests/test_rows.py tests/test_finisher.py tests/test_threads.py
              tests/test_sources_policy.py tests/test_sources_policy_errors.py tests/test_normalize.py
              tests/test_dali_errors.py"
   [dali]="feedline/sources/dali.py feedline/sources/known_bad.py |
@@ -42,7 +44,7 @@ declare -A AREAS=(
   [stores]="feedline/stores/base.py feedline/stores/lmdb_store.py feedline/stores/hdf5_store.py
             feedline/stores/folder_store.py feedline/stores/sharded_store.py feedline/stores/__init__.py |
             tests/test_stores.py tests/test_checksums.py tests/test_shards.py tests/test_readahead.py
-            tests/test_info_verify.py tests/test_scan.py tests/test_loader_oracles.py tests/test_store_base.py
+            tests/test_info_verify.py tests/test_scan.py tests/test_loader_oracles.py tests/test_stores_base.py
             tests/test_open_dataset.py tests/test_folder_store.py tests/test_hdf5_store.py tests/test_lmdb_store.py
             tests/test_sharded_store.py"
   [journal]="converters/journal.py converters/packer.py converters/writer_base.py converters/lmdb_writer.py

@@ -136,11 +136,13 @@ def recipe_dataloader_stream(folder: str, batch_size: int, workers: int, classes
 
 def feedloader_recipe_stream(packed: str, batch_size: int, threads: int, classes: int):
     """FeedLoader with the recipe: the per-sample ops on the decode threads, the mixer here."""
+    from feedline.config import TransformSpec
     from feedline.loader import FeedLoader
     from feedline.transforms import Mixup, RandAugment, RandomErasing
-    loader = FeedLoader(packed, batch_size=batch_size, shuffle=True, train=True, size=224, num_threads=threads,
-                        device="cpu", drop_last=True, transforms=[RandAugment(2, 9), RandomErasing(0.25)],
-                        batch_transforms=[Mixup(0.8, 1.0, num_classes=classes)])
+    loader = FeedLoader(packed, batch_size=batch_size, shuffle=True, train=True, size=224, num_workers=threads,
+                        device="cpu", drop_last=True,
+                        transforms=TransformSpec([RandAugment(2, 9), RandomErasing(0.25)],
+                                                 [Mixup(0.8, 1.0, num_classes=classes)]))
     stream = plain_stream(forever(lambda: loader), "cpu")
     close_stream = stream.close
 

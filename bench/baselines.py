@@ -123,7 +123,7 @@ def feedloader_stream(packed: str, batch_size: int, threads: int, device: str, d
     """FeedLoader with its defaults but for the engine and decoder asked for ("auto": the default)."""
     from feedline.loader import FeedLoader
     loader = FeedLoader(packed, batch_size=batch_size, shuffle=True, train=True, size=size,
-                        engine=engine, decoder=decoder, num_threads=threads, device=device, drop_last=True)
+                        engine=engine, decoder=decoder, num_workers=threads, device=device, drop_last=True)
     stream = forever(lambda: loader)
     close_stream = closer(stream)
 

@@ -119,7 +119,7 @@ def epoch(path: str, setting: Setting, cold: bool, size: int) -> dict:
     read0 = read_bytes()
     store = open_dataset(path)
     decoder = NullDecoder() if setting.reading_only else "auto"
-    loader = FeedLoader(store, batch_size=BATCH, shuffle=True, train=True, order=setting.order, size=size, num_threads=THREADS,
+    loader = FeedLoader(store, batch_size=BATCH, shuffle=True, train=True, order=setting.order, size=size, num_workers=THREADS,
                         seed=1, decoder=decoder)
     c = loader.config
     plan = EpochPlan(c.augment, c.seed, 0, Order.parse(setting.order, "order"), BATCH, False,

@@ -110,7 +110,7 @@ def loop_run(train: str, val: str, block: int | None, window: int | None, seed: 
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 0.5 * (1 + math.cos(math.pi * k / steps)))
     order = Order.RANDOM if block is None else Order.QUASI_RANDOM
     per_batch = []
-    with FeedLoader(train, batch_size=BATCH, shuffle=True, train=True, size=SIZE, seed=seed, num_threads=2, drop_last=True) as loader:
+    with FeedLoader(train, batch_size=BATCH, shuffle=True, train=True, size=SIZE, seed=seed, num_workers=2, drop_last=True) as loader:
         c = loader.config
         for epoch in range(epochs):
             plan = EpochPlan(c.augment, seed, epoch, order, BATCH, True, block=block or 16, window=window or 256)
@@ -124,7 +124,7 @@ def loop_run(train: str, val: str, block: int | None, window: int | None, seed: 
                 per_batch.append(len(set(labels.tolist())))
     hits = seen = 0
     model.eval()
-    with FeedLoader(val, batch_size=BATCH, train=False, size=SIZE, num_threads=2) as loader, torch.no_grad():
+    with FeedLoader(val, batch_size=BATCH, train=False, size=SIZE, num_workers=2) as loader, torch.no_grad():
         for images, labels in loader:
             hits += int((model(images).argmax(1) == labels).sum())
             seen += len(labels)

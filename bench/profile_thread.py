@@ -105,27 +105,32 @@ def queue_overhead(n_batches: int) -> float:
     counters, plan indexing, Box), with a store and a decoder that do nothing."""
     import numpy as np
 
+    import torch
+
     from feedline.plan import BatchPlan
     from feedline.sources.decode_queue import DecodeQueue
+    from feedline.sources.slot import Slot
     from feedline.stats import LoaderStats
 
-    class Target:
-        labels = np.zeros(BATCH, np.int64)
+    class Rows:
         pixels = np.zeros((*SIZE, 3), np.uint8)
 
-        def decode_buffer(self, j):
+        def buffer(self, slot, j):
             return self.pixels
 
-        def write(self, j, decoded):
+        def write(self, slot, j, decoded):
             pass
 
     idx = np.arange(BATCH)
     plan = BatchPlan(0, 0, idx, np.tile([0, 0, 224, 224], (BATCH, 1)), np.zeros(BATCH, bool),
                      np.zeros(BATCH, np.int64))
-    with DecodeQueue(_NoStore(BATCH), _NoDecoder(), None, 1, LoaderStats()) as queue:
+    pixels, labels = torch.zeros((BATCH, 1, 1, 3), dtype=torch.uint8), torch.zeros(BATCH, dtype=torch.int64)
+    with DecodeQueue(_NoStore(BATCH), _NoDecoder(), None, 1, LoaderStats(), Rows()) as queue:
         t0 = time.perf_counter()
-        for slot in range(n_batches):
-            queue.submit(plan, Target(), slot)
+        for number in range(n_batches):
+            slot = Slot(number, pixels, labels, None, SIZE)
+            slot.load(plan)
+            queue.submit(slot)
         while queue.next_filled() is not None:
             pass
         return 1e3 * (time.perf_counter() - t0) / (n_batches * BATCH)

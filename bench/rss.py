@@ -31,7 +31,7 @@ def measure_rss(packed: str, epochs: int, batch_size: int, threads: int, decoder
     from feedline.loader import FeedLoader
     rss, seconds, images = [], [], 0
     with FeedLoader(packed, batch_size=batch_size, shuffle=True, train=True, decoder=decoder,
-                    num_threads=threads, device=device, drop_last=True) as loader:
+                    num_workers=threads, device=device, drop_last=True) as loader:
         for _ in range(epochs):
             t0 = time.perf_counter()
             for batch, _labels in loader:

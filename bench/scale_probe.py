@@ -62,7 +62,7 @@ def loader_run(store, order: str, args) -> dict:
     the first batch of a loader resumed mid-epoch from that state."""
     from feedline import FeedLoader
     options = dict(batch_size=args.batch_size, shuffle=True, train=True, order=order, size=args.size,
-                   num_threads=args.threads, seed=0)
+                   num_workers=args.threads, seed=0)
     with FeedLoader(store, **options) as loader:
         t0 = time.perf_counter()
         batches = iter(loader)

@@ -51,7 +51,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         plain, boxes = packed_pair(Path(tmp), args.images, classes=4)
         kw = dict(batch_size=args.batch, size=args.size, shuffle=True, train=True, device="cpu",
-                  num_threads=args.threads or "auto", seed=0)
+                  num_workers=args.threads or "auto", seed=0)
         paths = {"label": plain, "label + labels + boxes": boxes}
         loaders = {name: feedline.FeedLoader(str(path), **kw) for name, path in paths.items()}
         try:

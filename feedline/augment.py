@@ -47,9 +47,16 @@ class AugmentSpec:
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     crop_fraction: float = 0.875  # eval: resize the shorter side to size / 0.875, center crop
     flip: bool = True             # train only: horizontal flip with probability 1/2
+    min_box_visibility: float = 0.25   # targets: boxes with less of their area in the crop are dropped
 
     def __post_init__(self):
         object.__setattr__(self, "size", as_size(self.size, "size"))
+        object.__setattr__(self, "scale", tuple(self.scale))
+        object.__setattr__(self, "ratio", tuple(self.ratio))
+        v = self.min_box_visibility
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+            raise ValueError(f"min_box_visibility must be a number in [0, 1] (the share of a box's area that "
+                             f"must stay inside the crop), got {v!r}")
         if not 0 < self.scale[0] <= self.scale[1]:
             raise ValueError(f"scale must satisfy 0 < min <= max, got {self.scale}")
         if not 0 < self.ratio[0] <= self.ratio[1]:

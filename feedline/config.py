@@ -1,9 +1,10 @@
-"""FeedLoader's options, validated once when built: what to load (LoaderConfig) and what
-the consumer receives (OutputSpec), and how FeedLoader's keywords become them."""
+"""FeedLoader's options, validated once when built: what to load (LoaderConfig), what the
+consumer receives (OutputSpec), what runs beyond the crop (TransformSpec), which samples in
+which order (OrderSpec). How FeedLoader's keywords become them: keywords.py."""
 from __future__ import annotations
 
 import operator
-import warnings
+import os
 from dataclasses import dataclass, replace
 
 import torch
@@ -11,7 +12,6 @@ import torch
 from .augment import AugmentSpec
 from .choices import Engine, OnError, Order
 from .errors import BackendUnavailable
-from .cores import choose_threads, usable_cores  # noqa: F401 (FeedLoader's, and bench's)
 from .size_schedule import SizeSchedule
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -98,6 +98,26 @@ class TransformSpec:
 
 
 @dataclass(frozen=True)
+class OrderSpec:
+    """Which samples this rank reads, and in which order. ``order``: "sequential", "random" or
+    "quasi-random" (None: DataLoader's ``shuffle`` decides); ``quasi_random``: records per
+    block and blocks per window of that order; ``rank``/``world_size``: this process's share
+    (from torch.distributed when initialized, else the whole data set, when left out);
+    ``even_shards``: pad by wrapping so every rank gets as many samples (training)."""
+
+    order: Order | str | None = None
+    quasi_random: tuple[int, int] = (16, 256)
+    rank: int | None = None
+    world_size: int | None = None
+    even_shards: bool = True
+
+    def __post_init__(self):
+        if self.order is not None:
+            object.__setattr__(self, "order", Order.parse(self.order, "order"))
+        object.__setattr__(self, "quasi_random", tuple(self.quasi_random))
+
+
+@dataclass(frozen=True)
 class LoaderConfig:
     """Everything a FeedLoader does, resolved: no "auto" left, every value checked."""
 
@@ -117,7 +137,6 @@ class LoaderConfig:
     even_shards: bool = True    # pad by wrapping so every rank gets as many samples (training)
     quasi_random: tuple[int, int] = (16, 256)  # order='quasi-random': records per block, blocks per window
     pin_memory: bool = False    # page-locked batch buffers (always on a CUDA device)
-    min_box_visibility: float = 0.25   # targets: boxes with less of their area in the crop are dropped
     transforms: TransformSpec = TransformSpec()
     size_schedule: SizeSchedule | None = None   # size per epoch; augment.size is epoch 0's
 
@@ -159,90 +178,33 @@ class LoaderConfig:
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
         check_position(self.rank, self.world_size)
-        v = self.min_box_visibility
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
-            raise ValueError(f"min_box_visibility must be a number in [0, 1] (the share of a box's area that "
-                             f"must stay inside the crop), got {self.min_box_visibility!r}")
 
 
-def ring_slots(config: LoaderConfig) -> int:
-    """The slots of the thread engine's ring (its buffers, and the memory check's): the
-    ``prefetch`` batches filled ahead and two more, the batch the consumer holds and the one
-    before it (host_output.py)."""
-    return config.prefetch + 2
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def choose_order(shuffle: bool | None, order) -> Order:
-    """DataLoader's ``shuffle`` (random or sequential), unless ``order`` is given: then
-    ``order`` decides, and ``shuffle``, if given too, must agree with it (True for random
-    and quasi-random, False for sequential)."""
-    if order is None:
-        return Order.RANDOM if shuffle else Order.SEQUENTIAL
-    order = Order.parse(order, "order")
-    shuffles = order is not Order.SEQUENTIAL
-    if shuffle is not None and bool(shuffle) != shuffles:
-        raise ValueError(f"shuffle={shuffle!r} and order={order.value!r} disagree: order= decides the order "
-                         f"(and {order.value!r} {'shuffles' if shuffles else 'does not shuffle'}); leave "
-                         f"shuffle unset or pass shuffle={shuffles}")
-    return order
 
 
-def choose_pinning(pin_memory) -> bool:
-    """DataLoader's ``pin_memory``: page-locked buffers need an accelerator; without one,
-    DataLoader warns and leaves memory pageable, and so does FeedLoader."""
-    if not pin_memory:
-        return False
-    if not torch.cuda.is_available():
-        warnings.warn("pin_memory=True but no CUDA device is available: batches stay in pageable "
-                      "memory", stacklevel=3)
-        return False
-    return True
 
 
-def augment_spec(augment: AugmentSpec | None, **loose) -> AugmentSpec:
-    """``augment=AugmentSpec(...)``, or one built from the loose keywords (size, train, scale,
-    ratio, crop_fraction, flip): one way or the other, not both. With a size schedule the
-    caller passes epoch 0's size (LoaderConfig.spec_at gives the others)."""
-    named = {k: tuple(v) if k in ("scale", "ratio") else v for k, v in loose.items() if v is not UNSET}
-    return _one_way("augment", AugmentSpec, augment, named)
 
 
-def transform_spec(transforms, batch_transforms) -> TransformSpec:
-    """``transforms=TransformSpec(...)``, or one from the two lists."""
-    if isinstance(transforms, TransformSpec):
-        if batch_transforms:
-            raise ValueError("transforms=TransformSpec(...) and batch_transforms= are both given: pass "
-                             "batch_transforms inside the TransformSpec")
-        return transforms
-    return TransformSpec(transforms, batch_transforms)
 
 
-def output_spec(output: OutputSpec | None, device=None, **loose) -> OutputSpec:
-    """``output=OutputSpec(...)``, or one built from the loose keywords (mean, std, dtype,
-    channels_last), with ``device`` (given here or in the spec, not two different ones)."""
-    spec = _one_way("output", OutputSpec, output, {k: v for k, v in loose.items() if v is not UNSET})
-    if device is not None:
-        device = str(torch.device(device))
-        if spec.device is not None and spec.device != device:
-            raise ValueError(f"device={device!r} and output=OutputSpec(device={spec.device!r}) disagree; "
-                             "give the device once")
-        spec = replace(spec, device=device)
-    return replace(spec, device=resolve_device(spec.device))
 
 
-def _one_way(option: str, kind: type, given, named: dict):
-    if given is None:
-        return kind(**named)
-    if not isinstance(given, kind):
-        raise TypeError(f"{option}= takes a {kind.__name__}, got {type(given).__name__}")
-    if named:
-        raise ValueError(f"{option}={kind.__name__}(...) and the keywords {', '.join(sorted(named))} are both "
-                         f"given: pass the {option} options one way, inside {kind.__name__} or as keywords")
-    return given
+
+
+
+
 
 
 def resolve_device(device) -> str:
@@ -280,6 +242,5 @@ def distributed_position(rank, world_size) -> tuple[int, int]:
     return check_position(rank, world_size)
 
 
-__all__ = ["LoaderConfig", "OutputSpec", "TransformSpec", "UNSET", "augment_spec", "output_spec", "transform_spec",
-           "choose_order", "choose_threads", "choose_pinning", "check_position", "distributed_position", "resolve_device", "usable_cores",
+__all__ = ["LoaderConfig", "OrderSpec", "OutputSpec", "TransformSpec", "UNSET", "check_position", "distributed_position", "resolve_device", "usable_cores",
            "default_device", "IMAGENET_MEAN", "IMAGENET_STD"]

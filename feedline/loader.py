@@ -17,9 +17,10 @@ import torch
 
 from .augment import AugmentSpec
 from .choices import Engine, Order
-from .config import (UNSET, LoaderConfig, OutputSpec, augment_spec, choose_order, choose_pinning,
-                     choose_threads, distributed_position, output_spec, transform_spec)
+from .config import UNSET, LoaderConfig, OrderSpec, OutputSpec, TransformSpec, distributed_position
 from .decoders.base import Decoder
+from .keywords import (augment_spec, choose_order, choose_pinning, choose_threads, order_spec, output_spec,
+                       refuses_moved_keywords, transform_spec)
 from .memory import check_buffers_fit
 from .order import batch_count
 from .plan import EpochPlan
@@ -53,43 +54,41 @@ class FeedLoader:
     on the GPU) or "auto" (dali on CUDA when DALI is installed, else threads). ``decoder``:
     the thread engine's codec, a registered name ("auto", "nvimgcodec", "turbojpeg",
     "simplejpeg", "opencv", "pil", or yours: feedline.decoders.register_decoder) or a Decoder.
-    ``augment=AugmentSpec(...)`` or its loose keywords (size, train, scale, ratio,
-    crop_fraction, flip), ``output=OutputSpec(...)`` or its (mean, std, dtype,
-    channels_last): each group one way. ``order`` ("sequential", "random", "quasi-random")
-    decides the order when given; ``shuffle`` may then be left out or must agree with it.
+    ``augment=AugmentSpec(...)`` (the crop and flip; or its loose ``size`` and ``train``),
+    ``output=OutputSpec(...)`` (or its loose ``mean``, ``std``, ``dtype``), ``transforms``
+    (a list, or ``TransformSpec(...)`` with ``batch_transforms``), ``order`` ("sequential",
+    "random", "quasi-random", or ``OrderSpec(...)`` with the rank's share): each group one
+    way. ``order`` decides the order when given; ``shuffle`` may then be left out or must
+    agree with it. ``num_workers``: the decode threads ("auto": one per usable core).
     Order, crops and flips are pure functions of (seed, epoch, index): the same batches for
     any thread count or engine; ``state_dict()`` resumes mid-epoch exactly. One iteration
     runs at a time: a new ``iter(loader)`` ends the previous one, which then raises. See the
-    README for ``transforms``, ``batch_transforms``, ``size`` per epoch, ``min_box_visibility``.
+    README for ``transforms``, ``size`` per epoch and targets.
     """
 
+    @refuses_moved_keywords
     def __init__(self, source: str | os.PathLike | Store, batch_size: int = 256, shuffle: bool | None = None,
                  train: bool = UNSET, size: int | tuple[int, int] = UNSET, *, engine: str | Engine = "auto",
                  decoder: str | Decoder = "auto", augment: AugmentSpec | None = None,
-                 output: OutputSpec | None = None, num_threads: int | str = "auto",
-                 device: str | torch.device | None = None, dtype: torch.dtype | None = UNSET,
-                 channels_last: bool = UNSET, drop_last: bool = False, seed: int = 0, mean=UNSET, std=UNSET,
-                 scale=UNSET, ratio=UNSET, crop_fraction: float = UNSET, flip: bool = UNSET, prefetch: int = 2,
-                 on_error: str = "raise", order: str | Order | None = None,
-                 quasi_random: tuple[int, int] = (16, 256), even_shards: bool = True,
-                 rank: int | None = None, world_size: int | None = None,
-                 num_workers: int | None = None, pin_memory: bool | None = None,
-                 persistent_workers: bool | None = None, min_box_visibility: float = 0.25,
-                 transforms=(), batch_transforms=()):
+                 output: OutputSpec | None = None, transforms: TransformSpec | list | tuple = (),
+                 order: str | Order | OrderSpec | None = None, num_workers: int | str = "auto",
+                 device: str | torch.device | None = None, dtype: torch.dtype | None = UNSET, mean=UNSET,
+                 std=UNSET, drop_last: bool = False, seed: int = 0, prefetch: int = 2, on_error: str = "raise",
+                 pin_memory: bool | None = None, persistent_workers: bool | None = None):
         del persistent_workers  # DataLoader's: needs nothing here, the buffers persist anyway
         self.store = open_source(source)
-        rank, world_size = distributed_position(rank, world_size)
-        output = output_spec(output, device, mean=mean, std=std, dtype=dtype, channels_last=channels_last)
+        order = order_spec(order)
+        rank, world_size = distributed_position(order.rank, order.world_size)
+        output = output_spec(output, device, mean=mean, std=std, dtype=dtype)
         augment = augment_spec(augment, size=size if (schedule := schedule_of(size)) is None else schedule.at(0),
-                               train=train, scale=scale, ratio=ratio, crop_fraction=crop_fraction, flip=flip)
+                               train=train)
         chosen = resolve_engine_and_decoder(engine, decoder, output.device, self.store)
         self.config = LoaderConfig(
-            batch_size=batch_size, order=choose_order(shuffle, order), drop_last=drop_last, seed=seed,
-            num_threads=choose_threads(num_threads, num_workers), prefetch=prefetch, engine=chosen.engine,
+            batch_size=batch_size, order=choose_order(shuffle, order.order), drop_last=drop_last, seed=seed,
+            num_threads=choose_threads(num_workers), prefetch=prefetch, engine=chosen.engine,
             decoder=chosen.decoder_name, on_error=on_error, output=output, rank=rank, world_size=world_size,
-            even_shards=even_shards, quasi_random=tuple(quasi_random), pin_memory=choose_pinning(pin_memory),
-            augment=augment, min_box_visibility=min_box_visibility, size_schedule=schedule,
-            transforms=transform_spec(transforms, batch_transforms))
+            even_shards=order.even_shards, quasi_random=order.quasi_random, pin_memory=choose_pinning(pin_memory),
+            augment=augment, size_schedule=schedule, transforms=transform_spec(transforms))
         if self.config.order is Order.QUASI_RANDOM:
             warn_if_class_sorted(self.store, self.config.quasi_random)
         check_buffers_fit(self.config.at_largest_size())

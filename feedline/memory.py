@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from .choices import Engine
-from .config import LoaderConfig, ring_slots
+from .config import LoaderConfig
+from .sources import engine_type
+from .sources.ring import ring_slots
 
 GIB = 1024 ** 3
 
@@ -17,20 +18,13 @@ def batch_pixels(config: LoaderConfig) -> int:
 
 
 def host_bytes(config: LoaderConfig) -> int:
-    """The thread engine's ring (prefetch + 2 uint8 batches) and, on the host, the batch
-    handed to the consumer in its dtype."""
-    if config.engine is not Engine.THREADS:
-        return 0
-    pixels = batch_pixels(config)
-    delivered = 0 if config.output.on_cuda else pixels * config.output.dtype.itemsize
-    return ring_slots(config) * pixels + delivered
+    """The host memory of the engine's buffers, as the engine declares it."""
+    return engine_type(config.engine).buffer_bytes(config)[0]
 
 
 def device_bytes(config: LoaderConfig) -> int:
-    """On a CUDA device: the batches prepared ahead and the one in use, in the output dtype."""
-    if not config.output.on_cuda:
-        return 0
-    return (config.prefetch + 1) * batch_pixels(config) * config.output.dtype.itemsize
+    """The memory of its buffers on a CUDA device, as the engine declares it."""
+    return engine_type(config.engine).buffer_bytes(config)[1]
 
 
 def available_host_bytes() -> int | None:
@@ -62,13 +56,14 @@ def check_buffers_fit(config: LoaderConfig) -> None:
     h, w = config.augment.size
     what = f"batch_size={config.batch_size} at {h}x{w}"
     advice = "use a smaller batch_size (or size, or prefetch)"
-    need, free = host_bytes(config), available_host_bytes()
+    host, device = engine_type(config.engine).buffer_bytes(config)   # asked once: what the engine allocates
+    need, free = host, available_host_bytes()
     if need and free is not None and need > free:
-        slots, batch = ring_slots(config), batch_pixels(config) / GIB
+        slots, batch = ring_slots(config.prefetch), batch_pixels(config) / GIB
         raise MemoryError(f"{what}: the batch buffers need about {need / GIB:,.1f} GiB of memory ({slots} uint8 "
                           f"batches of {batch:,.2f} GiB for prefetch={config.prefetch}, and the batch delivered), "
                           f"but {free / GIB:,.1f} GiB is available; {advice}")
-    need = device_bytes(config)
+    need = device
     if need:
         free = torch.cuda.mem_get_info(torch.device(config.output.device))[0]
         if need > free:

@@ -10,29 +10,31 @@ import torch
 from feedline import FeedLoader
 from feedline.augment import AugmentSpec
 from feedline.choices import Engine, Order
-from feedline.config import LoaderConfig, OutputSpec, choose_order, distributed_position
+from feedline.config import LoaderConfig, OrderSpec, OutputSpec, distributed_position
+from feedline.keywords import choose_order
 
 
 def loader(path, **kw) -> FeedLoader:
-    return FeedLoader(str(path), **{"batch_size": 8, "device": "cpu", "num_threads": 1, "decoder": "opencv", **kw})
+    return FeedLoader(str(path), **{"batch_size": 8, "device": "cpu", "num_workers": 1, "decoder": "opencv", **kw})
 
 
 # -- spec objects ------------------------------------------------------------------------------
 
 def test_the_groups_as_objects_equal_the_same_groups_as_keywords(packed_lmdb):
-    spec = AugmentSpec(size=(40, 48), train=False, crop_fraction=0.9)
-    out = OutputSpec(mean=None, channels_last=False)
+    spec = AugmentSpec(size=(40, 48), train=False)
+    out = OutputSpec(mean=None, channels_last=True)
     objects = loader(packed_lmdb, augment=spec, output=out)
-    words = loader(packed_lmdb, size=(40, 48), train=False, crop_fraction=0.9, mean=None, channels_last=False)
+    words = loader(packed_lmdb, size=(40, 48), train=False, mean=None)
     assert objects.config == words.config and objects.config.augment == spec
     (x, _), (wx, _) = next(iter(objects)), next(iter(words))
-    assert x.shape == (8, 3, 40, 48) and x.dtype == torch.uint8 and x.is_contiguous() and torch.equal(x, wx)
+    assert x.shape == (8, 3, 40, 48) and x.dtype == torch.uint8 and torch.equal(x, wx)
+    assert x.is_contiguous(memory_format=torch.channels_last)
 
 
 def test_a_group_given_both_ways_is_refused(packed_lmdb):
-    with pytest.raises(ValueError, match=r"augment=AugmentSpec\(\.\.\.\) and the keywords scale, size are both "
+    with pytest.raises(ValueError, match=r"augment=AugmentSpec\(\.\.\.\) and the keywords size, train are both "
                                          r"given: pass the augment options one way"):
-        loader(packed_lmdb, augment=AugmentSpec(train=True), size=32, scale=(0.5, 1.0))
+        loader(packed_lmdb, augment=AugmentSpec(), size=32, train=True)
     with pytest.raises(ValueError, match=r"output=OutputSpec\(\.\.\.\) and the keywords dtype are both given"):
         loader(packed_lmdb, output=OutputSpec(), dtype=torch.float16)
     with pytest.raises(TypeError, match="augment= takes a AugmentSpec, got dict"):
@@ -103,5 +105,5 @@ def test_a_bad_rank_or_world_size_says_what_is_wrong(rank, world_size, message):
 
 def test_world_size_zero_in_the_loader(packed_lmdb):
     with pytest.raises(ValueError, match="world_size must be at least 1"):
-        loader(packed_lmdb, rank=0, world_size=0)
+        loader(packed_lmdb, order=OrderSpec(rank=0, world_size=0))
     assert distributed_position(torch.tensor(1).item(), 3) == (1, 3)

@@ -56,10 +56,10 @@ def corrupt_store(folder, tmp_path):
 
 
 def dali_batches(store, output=OutputSpec(), spec=AugmentSpec(size=SIZE, train=True), **kw):
-    from feedline.sources.dali import DaliBatches
+    from feedline.sources import make_source
     config = LoaderConfig(batch_size=5, order=Order.RANDOM, seed=3, num_threads=2, engine="dali", decoder=None,
                           augment=spec, output=output, **kw)
-    return DaliBatches(store, config)
+    return make_source(store, config)
 
 
 def epoch_plan(spec=AugmentSpec(size=SIZE, train=True), epoch=1, seed=3, batch_size=5):

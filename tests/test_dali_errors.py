@@ -23,7 +23,7 @@ NOT_A_JPEG = b"\xff\xd8\xff\xe0 this is not really a jpeg" * 10
 
 
 def dali_loader(path, **kw) -> FeedLoader:
-    kw = {"batch_size": 2, "size": 16, "shuffle": False, "num_threads": 1, **kw}
+    kw = {"batch_size": 2, "size": 16, "shuffle": False, "num_workers": 1, **kw}
     return FeedLoader(path, device="cpu", engine="dali", **kw)
 
 
@@ -130,7 +130,7 @@ def test_dali_names_a_record_that_decodes_to_another_size_than_the_store_says(tm
     h, w = records.sizes[2]
     records.sizes[2] = (2 * h, 2 * w)
     path = write_lmdb(tmp_path / "sizes.lmdb", records)
-    loader = FeedLoader(path, batch_size=3, size=16, device="cpu", engine="dali", num_threads=1)
+    loader = FeedLoader(path, batch_size=3, size=16, device="cpu", engine="dali", num_workers=1)
     with pytest.raises(Exception, match=rf"decodes to {h}x{w}, but the store records {2 * h}x{2 * w}") as info:
         list(loader)
     assert info.value.index == 2

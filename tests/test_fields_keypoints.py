@@ -119,7 +119,7 @@ def test_transforms_boxes_refuse_are_refused_with_keypoints():
     check_transforms_for_targets(fields, [ColorJitter(0.2)])
 
 
-KW = dict(batch_size=2, size=48, num_threads=2, device="cpu", decoder="pil")
+KW = dict(batch_size=2, size=48, num_workers=2, device="cpu", decoder="pil")
 
 
 def test_the_loader_delivers_points_in_the_evaluation_crops_pixels(folder, store_path):

@@ -83,7 +83,7 @@ def test_pytest_output_read_back_after_a_crash():
 
 def test_cuda_test_files_found_by_their_mark():
     files = [f.name for f in pytest_runs.files_marked(REPO / "tests", "cuda")]
-    assert files[0] == "test_prefetcher.py" and "test_gpu_decode.py" in files
+    assert files[0] == "test_cuda_finisher.py" and "test_gpu_decode.py" in files
     assert "test_gpu_check.py" not in files
 
 

@@ -181,7 +181,7 @@ def test_gpu_sources_match_pil_batch_after_batch_on_a_busy_stream(packed_photos,
     """FeedLoader(engine=...) on CUDA: every batch, image by image, equals PIL doing the
     plan's crop by hand; freed victim tensors are never written by the decode."""
     loader = feedline.FeedLoader(packed_photos, batch_size=BATCH, shuffle=True, train=True, size=SIZE,
-                                 engine=engine, num_threads=4, device="cuda", dtype=torch.float32, seed=3)
+                                 engine=engine, num_workers=4, device="cuda", dtype=torch.float32, seed=3)
     c = loader.config
     plans = list(EpochPlan(c.augment, c.seed, 0, c.order, c.batch_size, c.drop_last, c.rank, c.world_size,
                            c.even_shards).batches(loader.store.labels, loader.store.sizes))

@@ -84,3 +84,25 @@ def test_dali_whole_image_graph_gives_the_region_graphs_pixels(tmp_path):
     assert out[True].shape == out[False].shape == (4, 32, 48, 3)
     assert out[True].std() > 10                                    # real pictures, not a blank
     assert np.array_equal(out[True], out[False])                   # libjpeg-turbo: the very same pixels
+
+
+def test_whole_images_are_cut_to_each_samples_crop_after_the_decode(photo_folder):
+    """Where region decode is unsafe, the GPU engine's crop streams hand nvImageCodec whole
+    records and cut each decoded image to its sample's box (a view); a sample whose stream
+    failed, or a new batch, leaves nothing behind."""
+    from feedline.decoders.nvimgcodec_library import load_nvimgcodec
+    from feedline.sources.gpu_region import WholeImages
+    try:
+        nv = load_nvimgcodec()
+    except Exception as exc:  # noqa: BLE001 - no nvImageCodec here
+        pytest.skip(f"needs nvImageCodec: {exc}")
+    data = sorted(photo_folder.rglob("*.jpg"))[0].read_bytes()
+    whole = torch.arange(10 * 12 * 3, dtype=torch.uint8).reshape(10, 12, 3)
+    streams = WholeImages(nv, "cpu")
+    streams.stream(0, data, Box(1, 2, 3, 4))
+    streams.stream(2, data, Box(0, 0, 20, 20))   # larger than what was decoded: the CPU decides
+    got = streams.crops([whole, "substitute", whole])
+    assert torch.equal(got[0], whole[1:4, 2:6]) and got[1] == "substitute" and got[2] is None
+    streams.stream(0, data, Box(0, 0, 1, 1))
+    streams.begin()
+    assert streams.crops([whole])[0] is whole

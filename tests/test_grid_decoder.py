@@ -159,7 +159,7 @@ def test_the_loaders_crops_of_a_grid_store_are_the_original_stores(two_layouts, 
     from feedline import FeedLoader
 
     def crops(path):
-        with FeedLoader(path, batch_size=100, size=224, seed=5, train=train, num_threads=1,
+        with FeedLoader(path, batch_size=100, size=224, seed=5, train=train, num_workers=1,
                         decoder="simplejpeg") as loader:
             return torch.cat([x for x, _ in loader])
 

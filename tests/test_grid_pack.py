@@ -17,7 +17,7 @@ from PIL import Image
 
 from converters import PackOptions, pack
 from converters.libjpeg_transcode import TranscodeError, transcode_to_grid
-from feedline import FeedLoader, open_dataset
+from feedline import FeedLoader, OutputSpec, open_dataset
 from feedline.decoders import get_decoder
 from feedline.decoders.grid_decoder import GridDecoder, grid_decoder_for, is_grid_store
 from feedline.decoders.jpeg_grid import parse_grid
@@ -101,8 +101,8 @@ def test_the_grid_decoder_wraps_only_grid_stores(stores):
 @pytest.mark.parametrize("train", [True, False])
 def test_a_grid_store_gives_the_crops_an_original_store_gives(stores, train):
     original, grid = stores
-    kw = dict(batch_size=4, shuffle=True, train=train, size=SIZE, seed=3, num_threads=2,
-              dtype=None, channels_last=False)
+    kw = dict(batch_size=4, shuffle=True, train=train, size=SIZE, seed=3, num_workers=2,
+              output=OutputSpec(channels_last=False))
     with FeedLoader(original, **kw) as a, FeedLoader(grid, **kw) as b:
         assert isinstance(b.source.decoder, GridDecoder) and not isinstance(a.source.decoder, GridDecoder)
         for epoch in range(2):

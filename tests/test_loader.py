@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from feedline import DecodeError, FeedLoader, open_dataset
-from feedline.config import IMAGENET_MEAN, IMAGENET_STD
+from feedline.config import IMAGENET_MEAN, IMAGENET_STD, OrderSpec, OutputSpec
 from feedline.plan import EpochPlan
 
 
@@ -53,7 +53,7 @@ def source(request, photo_folder):
 @pytest.mark.parametrize("decoder", ["turbojpeg", "opencv", "pil"])
 def test_output_matches_a_pil_reference(source, decoder):
     loader = FeedLoader(source, batch_size=8, shuffle=True, train=True, size=64, decoder=decoder,
-                        num_threads=2, device="cpu", seed=3)
+                        num_workers=2, device="cpu", seed=3)
     got = collect(loader)
     ref = list(reference_batches(loader, epoch=0))
     assert len(got) == len(ref) == len(loader) == 6
@@ -75,7 +75,7 @@ def test_defaults_give_the_same_batches_every_pass_in_a_layout_view_takes(packed
         assert torch.equal(x, x2) and torch.equal(y, y2)
         assert x.view(len(x), -1).shape == (len(x), 3 * 32 * 32)
     with FeedLoader(str(packed_lmdb), batch_size=8, size=32, device="cpu", decoder="opencv",
-                    channels_last=True) as loader:
+                    output=OutputSpec(channels_last=True)) as loader:
         x, _ = next(iter(loader))
         assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
 
@@ -83,7 +83,7 @@ def test_defaults_give_the_same_batches_every_pass_in_a_layout_view_takes(packed
 @pytest.mark.turbojpeg
 def test_eval_mode_uint8_and_dtypes(photo_folder):
     loader = FeedLoader(str(photo_folder), batch_size=5, train=False, size=(48, 40), mean=None,
-                        decoder="turbojpeg", num_threads=1, device="cpu")
+                        decoder="turbojpeg", num_workers=1, device="cpu")
     x, y = next(iter(loader))
     assert x.shape == (5, 3, 48, 40) and x.dtype == torch.uint8
     assert x.is_contiguous()
@@ -91,8 +91,8 @@ def test_eval_mode_uint8_and_dtypes(photo_folder):
     mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
     assert (x.float() / 255 - (ref * std + mean)).abs().mean() < 0.02
-    bf = FeedLoader(str(photo_folder), batch_size=5, train=False, size=32, dtype=torch.bfloat16,
-                    channels_last=False, num_threads=1, device="cpu")
+    bf = FeedLoader(str(photo_folder), batch_size=5, train=False, size=32,
+                    output=OutputSpec(dtype=torch.bfloat16, channels_last=False), num_workers=1, device="cpu")
     x, _ = next(iter(bf))
     assert x.dtype == torch.bfloat16 and x.is_contiguous()
     loader.close()
@@ -103,7 +103,7 @@ def test_eval_mode_uint8_and_dtypes(photo_folder):
 def test_same_batches_for_any_thread_count_and_run(packed_lmdb):
     runs = []
     for threads in (1, 2, 4, 2):
-        loader = FeedLoader(str(packed_lmdb), batch_size=7, shuffle=True, size=32, num_threads=threads,
+        loader = FeedLoader(str(packed_lmdb), batch_size=7, shuffle=True, size=32, num_workers=threads,
                             device="cpu", seed=11, decoder="turbojpeg")
         runs.append(collect(loader))
     for run in runs[1:]:
@@ -114,7 +114,7 @@ def test_same_batches_for_any_thread_count_and_run(packed_lmdb):
 
 
 def test_epochs_differ_and_set_epoch_repeats(packed_lmdb):
-    loader = FeedLoader(str(packed_lmdb), batch_size=16, shuffle=True, size=32, num_threads=2, device="cpu",
+    loader = FeedLoader(str(packed_lmdb), batch_size=16, shuffle=True, size=32, num_workers=2, device="cpu",
                         drop_last=True)
     e0 = collect(loader)
     e1 = collect(loader)  # iterating again moves to the next epoch
@@ -125,7 +125,7 @@ def test_epochs_differ_and_set_epoch_repeats(packed_lmdb):
 
 
 def test_resume_mid_epoch_equals_uninterrupted(packed_lmdb):
-    kwargs = dict(batch_size=6, shuffle=True, size=32, num_threads=2, device="cpu", seed=5)
+    kwargs = dict(batch_size=6, shuffle=True, size=32, num_workers=2, device="cpu", seed=5)
     full = FeedLoader(str(packed_lmdb), **kwargs)
     full.set_epoch(1)
     expected = collect(full) + collect(full)  # epoch 1, then epoch 2
@@ -157,8 +157,8 @@ def test_resume_rejects_a_different_configuration(packed_lmdb):
 def test_ranks_get_disjoint_equal_shares(packed_lmdb, world):
     seen, lengths = [], set()
     for rank in range(world):
-        loader = FeedLoader(str(packed_lmdb), batch_size=4, shuffle=True, size=16, num_threads=1,
-                            device="cpu", rank=rank, world_size=world, mean=None)
+        loader = FeedLoader(str(packed_lmdb), batch_size=4, shuffle=True, size=16, num_workers=1,
+                            device="cpu", order=OrderSpec(rank=rank, world_size=world), mean=None)
         batches = list(iter(loader))
         lengths.add(len(batches))
         assert len(batches) == len(loader)
@@ -178,7 +178,7 @@ def folder_with_a_bad_jpeg(photo_folder, tmp_path):
 
 @pytest.mark.turbojpeg
 def test_decode_error_reaches_the_consumer_with_index_and_path(folder_with_a_bad_jpeg):
-    loader = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_threads=2, device="cpu",
+    loader = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_workers=2, device="cpu",
                         decoder="turbojpeg")
     bad_index = [loader.store.path(i) for i in range(len(loader.store))].index("class_001/img_0000005.jpg")
     with pytest.raises(DecodeError) as info:
@@ -191,7 +191,7 @@ def test_decode_error_reaches_the_consumer_with_index_and_path(folder_with_a_bad
 
 
 def test_substitution_keeps_the_batch_shape_and_is_in_the_ledger(folder_with_a_bad_jpeg, caplog):
-    loader = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_threads=2, device="cpu",
+    loader = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_workers=2, device="cpu",
                         on_error="substitute", decoder="opencv")
     bad_index = [loader.store.path(i) for i in range(len(loader.store))].index("class_001/img_0000005.jpg")
     with caplog.at_level(logging.WARNING, logger="feedline.loader"):
@@ -205,14 +205,14 @@ def test_substitution_keeps_the_batch_shape_and_is_in_the_ledger(folder_with_a_b
     assert batches[bad.batch][1][bad.position] == loader.store.label(bad.substitute)
     lines = [r for r in caplog.records if "bad record" in r.getMessage()]
     assert len(lines) == 1 and "class_001/img_0000005.jpg" in lines[0].getMessage()  # one line per epoch
-    again = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_threads=1, device="cpu",
+    again = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_workers=1, device="cpu",
                        on_error="substitute", decoder="opencv")
     for (x, y), (x2, y2) in zip(batches, collect(again)):
         assert torch.equal(x, x2) and torch.equal(y, y2)  # the substitute is deterministic
 
 
 def test_no_threads_leak_after_break_or_close(packed_lmdb):
-    loader = FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_threads=3, device="cpu")
+    loader = FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_workers=3, device="cpu")
     for _ in loader:
         assert len(decode_threads()) == 3
         break
@@ -221,7 +221,7 @@ def test_no_threads_leak_after_break_or_close(packed_lmdb):
     next(it)
     loader.close()
     assert decode_threads() == []
-    with FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_threads=2, device="cpu") as ctx:
+    with FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_workers=2, device="cpu") as ctx:
         next(iter(ctx))
     gc.collect()
     assert decode_threads() == []
@@ -263,8 +263,8 @@ def test_bad_arguments_are_refused(packed_lmdb):
 @pytest.mark.dali
 @pytest.mark.turbojpeg
 def test_dali_cpu_pipeline_matches_the_turbojpeg_path(source):
-    kwargs = dict(batch_size=8, shuffle=True, train=True, size=48, num_threads=2, device="cpu", seed=2,
-                  channels_last=True)
+    kwargs = dict(batch_size=8, shuffle=True, train=True, size=48, num_workers=2, device="cpu", seed=2,
+                  output=OutputSpec(channels_last=True))
     with FeedLoader(source, engine="dali", **kwargs) as dali, \
             FeedLoader(source, decoder="turbojpeg", **kwargs) as turbo:
         for epoch in (0, 1):
@@ -307,8 +307,8 @@ def test_uneven_shards_visit_each_record_once(packed_lmdb, world):
     from feedline.plan import EpochPlan
     shares = []
     for rank in range(world):
-        loader = FeedLoader(str(packed_lmdb), batch_size=4, size=16, device="cpu", rank=rank,
-                            world_size=world, even_shards=False, train=False)
+        loader = FeedLoader(str(packed_lmdb), batch_size=4, size=16, device="cpu", train=False,
+                            order=OrderSpec(rank=rank, world_size=world, even_shards=False))
         c = loader.config
         plan = EpochPlan(c.augment, c.seed, 0, c.order, c.batch_size, c.drop_last, rank, world, False)
         indices = np.concatenate([p.indices for p in plan.batches(loader.store.labels, loader.store.sizes)])
@@ -348,7 +348,7 @@ def test_a_torch_dataset_is_refused_with_what_feedloader_takes(photo_folder):
 
 
 def test_a_stale_iterator_raises_instead_of_ending_silently(packed_lmdb):
-    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=32, num_threads=2, device="cpu", decoder="opencv")
+    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=32, num_workers=2, device="cpu", decoder="opencv")
     first = iter(loader)
     next(first)
     second = iter(loader)

@@ -23,7 +23,7 @@ def rss_bytes() -> int:
 
 
 def test_300_abandoned_iterators_leave_no_thread_or_descriptor(packed_lmdb):
-    with FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_threads=2, device="cpu", shuffle=True) as loader:
+    with FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_workers=2, device="cpu", shuffle=True) as loader:
         next(iter(loader))  # opens the store and builds the decoder: part of the baseline
         gc.collect()
         threads, fds = feedline_threads(), open_fds()
@@ -40,7 +40,7 @@ def test_300_abandoned_iterators_leave_no_thread_or_descriptor(packed_lmdb):
 
 
 def test_resident_memory_is_flat_over_epochs(packed_lmdb):
-    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=96, num_threads=2, device="cpu", shuffle=True)
+    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=96, num_workers=2, device="cpu", shuffle=True)
     rss = []
     for epoch in range(6):
         loader.set_epoch(epoch)
@@ -62,7 +62,7 @@ def test_a_program_ending_mid_epoch_exits_cleanly(packed_lmdb):
     import subprocess
     import sys
     code = ("import sys\nfrom feedline import FeedLoader\n"
-            "loader = FeedLoader(sys.argv[1], batch_size=8, size=64, device='cpu', num_threads=2)\n"
+            "loader = FeedLoader(sys.argv[1], batch_size=8, size=64, device='cpu', num_workers=2)\n"
             "it = iter(loader)\nnext(it)\nnext(it)\n")
     for _ in range(4):
         done = subprocess.run([sys.executable, "-c", code, str(packed_lmdb)], capture_output=True, text=True)

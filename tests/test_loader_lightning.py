@@ -10,7 +10,7 @@ from feedline import FeedLoader
 
 pl = pytest.importorskip("lightning.pytorch", reason="needs lightning (pip install lightning; in the test extra)")
 
-KW = dict(batch_size=16, shuffle=True, train=True, size=16, device="cpu", decoder="opencv", num_threads=1, seed=5)
+KW = dict(batch_size=16, shuffle=True, train=True, size=16, device="cpu", decoder="opencv", num_workers=1, seed=5)
 
 
 class Recorder(pl.LightningModule):

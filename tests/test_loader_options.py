@@ -25,9 +25,11 @@ def test_defaults_are_the_documented_ones(packed_lmdb):
     assert c.engine is Engine.THREADS and c.decoder not in ("auto", None)  # a CPU decoder, resolved
 
 
-def test_num_workers_sets_the_threads_unless_they_are_given(packed_lmdb):
+def test_num_workers_sets_the_threads(packed_lmdb):
     assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=1).config.num_threads == 1
-    assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=3, num_threads=1).config.num_threads == 1
+    assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=0).config.num_threads == 1   # DataLoader's "here"
+    with pytest.raises(ValueError, match="num_workers must be an int"):
+        FeedLoader(str(packed_lmdb), device="cpu", num_workers="many")
 
 
 def test_num_workers_beyond_the_usable_cores_warns_once_and_uses_the_cores(packed_lmdb):
@@ -40,8 +42,6 @@ def test_num_workers_beyond_the_usable_cores_warns_once_and_uses_the_cores(packe
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # said once: the second loader is quiet
         assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=cores + 998).config.num_threads == cores
-    assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=cores + 998,
-                      num_threads=cores + 1).config.num_threads == cores + 1   # asked by name: kept
 
 
 def test_prefetch_sizes_the_ring(packed_lmdb):

@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 import oracles
-from feedline import FeedLoader, open_dataset
+from feedline import AugmentSpec, FeedLoader, OrderSpec, OutputSpec, open_dataset
 from feedline.sample import make_photo_folder
 
 N = 20          # records, one per class: label == index
@@ -92,8 +92,12 @@ def oracle(unique_folder):
 
 
 def loader_for(path, **kw) -> FeedLoader:
-    options = dict(batch_size=6, shuffle=True, train=True, size=SIZE, mean=None, num_threads=2, device="cpu", seed=SEED)
+    options = dict(batch_size=6, shuffle=True, train=True, size=SIZE, mean=None, num_workers=2, device="cpu", seed=SEED)
     options.update(kw)
+    if "augment" in kw:   # the spec carries the size and train, and the output spec the mean
+        del options["size"], options["train"]
+    if "output" in kw:
+        del options["mean"]
     return FeedLoader(path, **options)
 
 
@@ -143,7 +147,7 @@ def test_scale_ratio_and_flip_reach_the_crops(store_path, oracle):
     """Non-default scale and ratio ranges give torchvision's crops for those ranges; flip=False
     never flips."""
     scale, ratio = (0.3, 0.45), (0.8, 1.25)
-    got = samples(loader_for(store_path, scale=scale, ratio=ratio, flip=False), 4)
+    got = samples(loader_for(store_path, augment=AugmentSpec(size=SIZE, train=True, scale=scale, ratio=ratio, flip=False)), 4)
     errors = []
     for index, image in got:
         im = oracle.images[index]
@@ -158,7 +162,7 @@ def test_scale_ratio_and_flip_reach_the_crops(store_path, oracle):
 
 @pytest.mark.parametrize("crop_fraction", [0.875, 0.6])
 def test_evaluation_samples_are_resize_and_center_crop_without_flips(store_path, oracle, crop_fraction):
-    loader = loader_for(store_path, train=False, shuffle=False, crop_fraction=crop_fraction)
+    loader = loader_for(store_path, shuffle=False, augment=AugmentSpec(size=SIZE, train=False, crop_fraction=crop_fraction))
     first = None
     for epoch in (0, 3):
         got = samples(loader, epoch)
@@ -193,7 +197,7 @@ def test_ranks_share_an_epoch_as_distributed_sampler(store_path, oracle, world):
     padded = (whole * 2)[:per_rank * world]
     shares = []
     for rank in range(world):
-        got = samples(loader_for(store_path, rank=rank, world_size=world), 2)
+        got = samples(loader_for(store_path, order=OrderSpec(rank=rank, world_size=world)), 2)
         share = [i for i, _ in got]
         assert share == padded[rank::world]
         assert_close([difference(image, oracle.train(i, 2)) for i, image in got], f"rank {rank}")
@@ -208,8 +212,8 @@ def test_ranks_share_an_epoch_as_distributed_sampler(store_path, oracle, world):
 def test_uneven_shards_split_an_epoch_exactly(store_path):
     world = 3
     whole = [i for i, _ in samples(loader_for(store_path, shuffle=False, train=False), 0)]
-    shares = [[i for i, _ in samples(loader_for(store_path, shuffle=False, train=False, rank=r,
-                                                 world_size=world, even_shards=False), 0)]
+    shares = [[i for i, _ in samples(loader_for(store_path, shuffle=False, train=False,
+                                                 order=OrderSpec(rank=r, world_size=world, even_shards=False)), 0)]
               for r in range(world)]
     assert shares == [whole[r::world] for r in range(world)]
     assert sorted(i for s in shares for i in s) == list(range(N)), "disjoint and covering"
@@ -398,10 +402,11 @@ def test_every_layout_and_dtype_holds_the_same_normalized_pixels(store_path, cha
     raw = torch.cat([x for x, _ in loader_for(store_path, **common)]).float()
     want = (raw / 255 - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
     if dtype is None:   # uint8 output, NCHW contiguous
-        got = torch.cat([x for x, _ in loader_for(store_path, channels_last=channels_last, **common)])
+        got = torch.cat([x for x, _ in loader_for(store_path, output=OutputSpec(mean=None, channels_last=channels_last),
+                                                  **common)])
         assert got.dtype == torch.uint8 and got.is_contiguous() and torch.equal(got.float(), raw)
         return
-    batches = list(loader_for(store_path, channels_last=channels_last, dtype=dtype, mean=mean, std=std,
+    batches = list(loader_for(store_path, output=OutputSpec(mean=mean, std=std, dtype=dtype, channels_last=channels_last),
                               **common))
     assert len(batches) == 3
     got = torch.cat([x for x, _ in batches])

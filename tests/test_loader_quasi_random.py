@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 
 from loader_helpers import small
+
+from feedline import OrderSpec
 from storefiles import make_records, write_lmdb
 
 
@@ -17,7 +19,7 @@ def labelled_store(path, labels: list[int]) -> str:
 def quasi_random_warnings(store: str, quasi_random, caplog) -> list[str]:
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="feedline"):
-        small(store, batch_size=4, order="quasi-random", quasi_random=quasi_random).close()
+        small(store, batch_size=4, order=OrderSpec("quasi-random", quasi_random=quasi_random)).close()
     return [r.getMessage() for r in caplog.records if "quasi-random" in r.getMessage()]
 
 
@@ -45,7 +47,7 @@ def test_other_orders_never_warn_about_class_sorted_stores(tmp_path, caplog):
     for order in ("random", "sequential"):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="feedline"):
-            small(store, shuffle=order != "sequential", order=order, quasi_random=(2, 2)).close()
+            small(store, shuffle=order != "sequential", order=OrderSpec(order, quasi_random=(2, 2))).close()
         assert caplog.records == [], order
 
 
@@ -53,7 +55,7 @@ def test_quasi_random_batches_are_windows_of_the_given_blocks(tmp_path):
     """Blocks of 2 neighbouring records, windows of 2 blocks: with batches of 4, every batch
     is one window, the records of two whole blocks (each record's label is its index)."""
     store = labelled_store(tmp_path / "own_labels.lmdb", list(range(12)))
-    loader = small(store, batch_size=4, order="quasi-random", quasi_random=(2, 2))
+    loader = small(store, batch_size=4, order=OrderSpec("quasi-random", quasi_random=(2, 2)))
     for epoch in (0, 1):
         loader.set_epoch(epoch)
         seen = []

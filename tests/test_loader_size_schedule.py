@@ -17,7 +17,7 @@ SIZES = {0: 32, 1: 48, 2: 64, 3: 32, 4: 48, 5: 64}
 
 
 def loader(path, **kw):
-    options = dict(batch_size=8, shuffle=True, num_threads=2, device="cpu", seed=3, decoder="turbojpeg",
+    options = dict(batch_size=8, shuffle=True, num_workers=2, device="cpu", seed=3, decoder="turbojpeg",
                    size=lambda epoch: SIZES[epoch])
     options.update(kw)
     return FeedLoader(str(path), **options)

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from converters import pack
-from feedline import FeedLoader, open_dataset
+from feedline import FeedLoader, OrderSpec, open_dataset
 
 
 def records(path):
@@ -51,6 +51,6 @@ def test_quasi_random_on_a_class_sorted_store_warns(photo_folder, tmp_path, capl
     for store, warned in ((sorted_store, True), (shuffled_store, False)):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="feedline"):
-            FeedLoader(store, batch_size=4, size=32, device="cpu", shuffle=True, order="quasi-random",
-                       quasi_random=(2, 2)).close()
+            FeedLoader(store, batch_size=4, size=32, device="cpu", shuffle=True,
+                       order=OrderSpec("quasi-random", quasi_random=(2, 2))).close()
         assert any("--shuffle" in r.getMessage() for r in caplog.records) == warned, store

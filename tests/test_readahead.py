@@ -5,23 +5,30 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+
 import pytest
+
 import torch
+
 from storefiles import make_records, write_hdf5, write_lmdb
 
-from feedline import FeedLoader, open_dataset
-from feedline.augment import AugmentSpec
-from feedline.choices import Order
-from feedline.plan import EpochPlan
-from feedline.sources.readahead import NoReadAhead, ReadAhead, Schedule, page_aware_sizes, read_ahead
-from feedline.stores import ShardedStore, Store
-from feedline.stores.advice import MERGE_GAP, merged_ranges
+from feedline import FeedLoader, OrderSpec, open_dataset
 
+from feedline.augment import AugmentSpec
+
+from feedline.choices import Order
+
+from feedline.plan import EpochPlan
+
+from feedline.sources.readahead import NoReadAhead, ReadAhead, Schedule, page_aware_sizes, read_ahead
+
+from feedline.stores import ShardedStore, Store
+
+from feedline.stores.advice import MERGE_GAP
 
 @pytest.fixture(scope="module")
 def records():
     return make_records(n=40, classes=4)   # small JPEGs: LMDB keeps them inside its leaf pages
-
 
 @pytest.fixture(scope="module")
 def stores(records, packed_lmdb, tmp_path_factory):
@@ -33,7 +40,6 @@ def stores(records, packed_lmdb, tmp_path_factory):
             "hdf5": str(write_hdf5(folder / "small.h5", records)),
             "sharded": halves}
 
-
 def mixed_records(packed):
     """The photos, every eighth one replaced by a JPEG small enough to live in a leaf page."""
     from storefiles import Records, jpeg
@@ -42,20 +48,63 @@ def mixed_records(packed):
         return Records(images, list(store.labels), [tuple(s) for s in store.sizes],
                        [store.path(i) for i in range(len(store))], store.classes)
 
-
 def _part(records, first, stop):
     from storefiles import Records
     return Records(records.images[first:stop], records.labels[first:stop], records.sizes[first:stop],
                    records.paths[first:stop], records.classes)
-
 
 def file_bytes(path: str, offset: int, length: int) -> bytes:
     with open(path, "rb") as fh:
         fh.seek(offset)
         return fh.read(length)
 
+def plan(order=Order.QUASI_RANDOM, rank=0, world=1, block=4, window=3, batch=5, epoch=2) -> EpochPlan:
+    return EpochPlan(AugmentSpec(size=8, train=False), seed=7, epoch=epoch, order=order, batch_size=batch,
+                     drop_last=False, rank=rank, world_size=world, block=block, window=window)
 
-# -- where records lie ---------------------------------------------------------------------------
+def first_seen(samples, block):
+    seen = {}
+    for position, record in enumerate(samples.tolist()):
+        seen.setdefault(record // block, position)
+    return seen
+
+class RecordingStore(Store):
+    """A real store read through, which also notes each run the read-ahead places for a
+    hint (and how far the epoch was planned then)."""
+
+    def __init__(self, store, ahead_of=None):
+        self.store, self.ahead_of = store, ahead_of
+        self.filename, self.kind, self.classes = store.filename, store.kind, store.classes
+        self.meta, self.columns = store.meta, store.columns
+        self.hints: list[tuple[int, int, int]] = []
+        self.hinted = threading.Event()
+
+    def read(self, index):
+        return self.store.read(index)
+
+    def byte_ranges(self, first, stop):
+        if threading.current_thread().name == "feedline-readahead":
+            planned = self.ahead_of._planned if self.ahead_of is not None else -1
+            self.hints.append((first, stop, planned))
+            self.hinted.set()
+        return self.store.byte_ranges(first, stop)
+
+def wait_until(condition, what: str, limit_s: float = 60.0) -> None:
+    event = threading.Event()
+    for _ in range(int(limit_s / 0.01)):
+        if condition():
+            return
+        event.wait(0.01)
+    raise AssertionError(f"gave up waiting for {what}")
+
+class HintedFirst(RecordingStore):
+    """Reads wait for the first hint, so a loader that never advises fails here, at once."""
+
+    def read_checked(self, index):
+        if not self.hinted.wait(60):
+            raise AssertionError("the loader read a record before any read-ahead hint")
+        return self.store.read_checked(index)
+
 
 @pytest.mark.parametrize("kind", ["lmdb-photos", "lmdb-mixed", "hdf5", "sharded"])
 def test_each_record_is_found_at_the_range_its_store_names(stores, kind):
@@ -98,28 +147,6 @@ def test_folders_and_empty_spans_advise_nothing_and_bad_spans_are_refused(stores
                 store.byte_ranges(first, stop)
 
 
-def test_merged_ranges_join_near_neighbours_only():
-    offsets = np.array([5000, 0, 1000, 900_000, 1000])
-    lengths = np.array([100, 1000, 500, 10, 200])   # 1000..1500 and 1000..1200 overlap
-    assert merged_ranges("f", offsets, lengths) == [("f", 0, 5100), ("f", 900_000, 10)]
-    assert merged_ranges("f", offsets, lengths, gap=0) == [("f", 0, 1500), ("f", 5000, 100), ("f", 900_000, 10)]
-    assert merged_ranges("f", np.zeros(0, np.int64), np.zeros(0, np.int64)) == []
-
-
-# -- the schedule of hints -----------------------------------------------------------------------
-
-def plan(order=Order.QUASI_RANDOM, rank=0, world=1, block=4, window=3, batch=5, epoch=2) -> EpochPlan:
-    return EpochPlan(AugmentSpec(size=8, train=False), seed=7, epoch=epoch, order=order, batch_size=batch,
-                     drop_last=False, rank=rank, world_size=world, block=block, window=window)
-
-
-def first_seen(samples, block):
-    seen = {}
-    for position, record in enumerate(samples.tolist()):
-        seen.setdefault(record // block, position)
-    return seen
-
-
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_schedule_advises_each_rank_its_own_records_block_by_block_when_first_read(world):
     n, block = 103, 4
@@ -152,37 +179,6 @@ def test_page_aware_sizes_make_blocks_of_about_two_mib():
     assert page_aware_sizes(10 << 20) == (1, 256)
     with pytest.raises(ValueError):
         page_aware_sizes(0)
-
-
-class RecordingStore(Store):
-    """A real store read through, which also notes each run the read-ahead places for a
-    hint (and how far the epoch was planned then)."""
-
-    def __init__(self, store, ahead_of=None):
-        self.store, self.ahead_of = store, ahead_of
-        self.filename, self.kind, self.classes = store.filename, store.kind, store.classes
-        self.meta, self.columns = store.meta, store.columns
-        self.hints: list[tuple[int, int, int]] = []
-        self.hinted = threading.Event()
-
-    def read(self, index):
-        return self.store.read(index)
-
-    def byte_ranges(self, first, stop):
-        if threading.current_thread().name == "feedline-readahead":
-            planned = self.ahead_of._planned if self.ahead_of is not None else -1
-            self.hints.append((first, stop, planned))
-            self.hinted.set()
-        return self.store.byte_ranges(first, stop)
-
-
-def wait_until(condition, what: str, limit_s: float = 60.0) -> None:
-    event = threading.Event()
-    for _ in range(int(limit_s / 0.01)):
-        if condition():
-            return
-        event.wait(0.01)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 @pytest.mark.parametrize("world", [1, 2])
@@ -220,21 +216,11 @@ def test_random_order_and_folders_get_no_read_ahead(stores, photo_folder):
         assert isinstance(read_ahead(folder, plan(), 0), NoReadAhead)
 
 
-# -- the loader with read-ahead ------------------------------------------------------------------
-
-class HintedFirst(RecordingStore):
-    """Reads wait for the first hint, so a loader that never advises fails here, at once."""
-
-    def read_checked(self, index):
-        if not self.hinted.wait(60):
-            raise AssertionError("the loader read a record before any read-ahead hint")
-        return self.store.read_checked(index)
-
-
 @pytest.mark.parametrize("kind", ["lmdb-photos", "hdf5"])
 def test_quasi_random_loader_advises_its_rank_and_yields_the_planned_batches_also_resumed(stores, kind):
     base = open_dataset(stores[kind])
-    common = dict(batch_size=4, size=16, shuffle=True, order="quasi-random", seed=3, num_threads=2, rank=1, world_size=2)
+    common = dict(batch_size=4, size=16, shuffle=True, seed=3, num_workers=2,
+                  order=OrderSpec("quasi-random", rank=1, world_size=2))
     store = HintedFirst(base)
     with FeedLoader(store, **common) as loader:
         full = [(x.clone(), y.clone()) for x, y in loader]
@@ -254,38 +240,3 @@ def test_quasi_random_loader_advises_its_rank_and_yields_the_planned_batches_als
     assert len(rest) == len(full) - 3
     for (x, y), (fx, fy) in zip(rest, full[3:]):
         assert torch.equal(y, fy) and torch.equal(x, fx)
-
-
-def test_lmdb_records_kept_inside_leaf_pages_get_no_hints(records, tmp_path, monkeypatch):
-    """Records of under half a page live in the B-tree's leaves: placing them would mean
-    reading them (HDF5 keeps an offset table instead). So says a file of more than a MiB
-    of leaf pages; here, the file is small, so that limit comes down to it."""
-    from feedline.stores import lmdb_layout
-    monkeypatch.setattr(lmdb_layout, "SMALL_INDEX", 0)
-    path = write_lmdb(tmp_path / "small.lmdb", records)
-    with open_dataset(path) as store:
-        assert store.byte_ranges(0, len(store)) == [] and store.will_need(0, len(store)) == 0
-        assert isinstance(read_ahead(store, plan(), 0), NoReadAhead)
-
-
-def test_an_lmdb_file_whose_pages_do_not_place_every_record_gets_no_hints_and_reads_on(packed_lmdb, tmp_path):
-    photos = mixed_records(packed_lmdb)
-    path = write_lmdb(tmp_path / "gap.lmdb", photos, skip=(4,))   # record 4's key is missing
-    with open_dataset(path) as store:
-        assert store.byte_ranges(0, 10) == [] and store.will_need(0, 10) == 0
-        assert bytes(store.read(5)) == photos.images[5]
-
-
-@pytest.mark.parametrize("kind", ["lmdb-photos", "lmdb-mixed"])
-def test_lmdb_columns_are_found_in_the_btree_where_lmdb_reads_them(stores, kind):
-    """Opening advises the columns' pages before reading them: the places must be theirs."""
-    from feedline.format import LMDB_COLUMN_PREFIX
-    from feedline.stores.lmdb_layout import key_places
-    path = stores[kind]
-    with open_dataset(path) as store:
-        names = store.columns.names
-        keys = [LMDB_COLUMN_PREFIX + name.encode() for name in names] + [b"feedline/col/none"]
-        places = key_places(path, 4096, keys)
-        assert sorted(places) == sorted(keys[:-1])
-        for name, key in zip(names, keys):
-            assert file_bytes(path, *places[key]) == store.columns.array(name).tobytes()

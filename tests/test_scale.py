@@ -58,7 +58,7 @@ def test_a_warmed_file_is_resident(tmp_path):
 
 
 def test_the_null_decoder_still_reads_and_checks_every_record(packed_lmdb):
-    with FeedLoader(str(packed_lmdb), batch_size=8, shuffle=True, size=8, seed=2, num_threads=2,
+    with FeedLoader(str(packed_lmdb), batch_size=8, shuffle=True, size=8, seed=2, num_workers=2,
                     decoder=NullDecoder()) as loader:
         labels = torch.cat([y for _, y in loader])
     with open_dataset(str(packed_lmdb)) as store:

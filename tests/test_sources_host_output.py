@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from feedline import FeedLoader
+from feedline import FeedLoader, OrderSpec, OutputSpec
 from feedline.plan import EpochPlan
 
-KW = dict(batch_size=8, size=32, num_threads=2, device="cpu", decoder="opencv", shuffle=True, seed=5)
+KW = dict(batch_size=8, size=32, num_workers=2, device="cpu", decoder="opencv", shuffle=True, seed=5)
 
 
 def epoch_batches(loader, epoch, keep=None):
@@ -59,9 +59,10 @@ def test_anything_still_sharing_a_batchs_memory_keeps_it_intact(packed_lmdb, hol
 def test_uint8_batches_are_the_decoded_pixels_in_place(packed_lmdb):
     """mean=None: the decoder writes straight into the delivered batch (channels_last uint8),
     and the pixels equal the normalized batch's, undone."""
-    common = dict(KW, shuffle=False, channels_last=True)   # the in-place path: rows are H x W x C
-    with FeedLoader(str(packed_lmdb), mean=None, std=None, **common) as raw, \
-            FeedLoader(str(packed_lmdb), mean=(0, 0, 0), std=(1, 1, 1), **common) as scaled:
+    common = dict(KW, shuffle=False)   # channels_last: the in-place path, rows are H x W x C
+    with FeedLoader(str(packed_lmdb), output=OutputSpec(mean=None, std=None, channels_last=True), **common) as raw, \
+            FeedLoader(str(packed_lmdb), output=OutputSpec(mean=(0, 0, 0), std=(1, 1, 1), channels_last=True),
+                       **common) as scaled:
         for (x, y), (f, fy) in zip(raw, scaled, strict=True):
             assert x.dtype == torch.uint8 and x.is_contiguous(memory_format=torch.channels_last)
             assert torch.equal(y, fy)
@@ -78,7 +79,7 @@ def test_the_epochs_order_is_computed_once_per_epoch(packed_lmdb, monkeypatch):
         return samples(self, n)
 
     monkeypatch.setattr(EpochPlan, "samples", counted)
-    with FeedLoader(str(packed_lmdb), order="quasi-random", quasi_random=(4, 2), **KW) as loader:
+    with FeedLoader(str(packed_lmdb), order=OrderSpec("quasi-random", quasi_random=(4, 2)), **KW) as loader:
         for epoch in (0, 1):
             loader.set_epoch(epoch)
             assert sum(len(y) for _, y in loader) == 48
@@ -104,7 +105,7 @@ def vm_flags(address: int) -> tuple[int, int, set[str]]:
 def test_fresh_host_batches_ask_for_huge_pages(packed_lmdb):
     """Each batch the host ring allocates is advised MADV_HUGEPAGE over every whole
     2 MiB page it covers (the kernel marks such a mapping 'hg'), and over nothing else."""
-    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=224, num_threads=2, device="cpu", decoder="opencv")
+    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=224, num_workers=2, device="cpu", decoder="opencv")
     batches = [x for x, _ in loader]
     assert len(batches) == 6
     for x in batches:

@@ -37,7 +37,7 @@ def ledger_rows(loader, epochs=(0, 1)):
 
 
 def test_thread_and_dali_sources_keep_the_same_ledger(damaged_folder):
-    kwargs = dict(batch_size=5, shuffle=True, size=32, num_threads=2, device="cpu", seed=4,
+    kwargs = dict(batch_size=5, shuffle=True, size=32, num_workers=2, device="cpu", seed=4,
                   on_error="substitute")
     with FeedLoader(str(damaged_folder), decoder="opencv", **kwargs) as threads, \
             FeedLoader(str(damaged_folder), engine="dali", **kwargs) as dali:
@@ -54,7 +54,7 @@ def test_thread_and_dali_sources_keep_the_same_ledger(damaged_folder):
 def test_raise_mode_names_the_record_in_both_sources(damaged_folder):
     for engine, decoder in (("threads", "opencv"), ("dali", "auto")):
         loader = FeedLoader(str(damaged_folder), engine=engine, decoder=decoder, batch_size=5, size=32,
-                            num_threads=2, device="cpu")
+                            num_workers=2, device="cpu")
         with pytest.raises(Exception) as info:
             for _ in loader:
                 pass

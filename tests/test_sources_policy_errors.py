@@ -18,7 +18,7 @@ def test_the_error_of_a_bad_record_reads_as_one_sentence_each(tmp_path, damage):
     if damage == "garbage":
         records.images[3] = b"\xff\xd8\xff\xe0 this is not really a jpeg" * 10
     path = write_lmdb(tmp_path / "bad.lmdb", records, skip=(3,) if damage == "missing" else ())
-    loader = FeedLoader(path, batch_size=2, size=16, shuffle=False, num_threads=1, device="cpu", decoder="opencv")
+    loader = FeedLoader(path, batch_size=2, size=16, shuffle=False, num_workers=1, device="cpu", decoder="opencv")
     with pytest.raises(DecodeError) as info:
         list(loader)
     [row] = loader.stats.bad_records

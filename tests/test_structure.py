@@ -86,8 +86,7 @@ def test_no_import_circles():
 LAYERS = [
     ("definitions", ["feedline.errors", "feedline.choices", "feedline.format", "feedline.durable",
                      "feedline.augment", "feedline.order", "feedline.plan", "feedline.ledger",
-                     "feedline.stats", "feedline.config", "feedline.cores", "feedline.memory", "feedline.scan",
-                     "feedline.labels_csv",
+                     "feedline.stats", "feedline.config", "feedline.scan", "feedline.labels_csv",
                      "feedline.labels_jsonl", "feedline.labels_file", "feedline.targets", "feedline.boxes",
                      "feedline.target_stats", "feedline.fields",
                      "feedline.sample", "feedline.flags", "feedline.unwritable", "feedline.size_schedule"]),
@@ -95,7 +94,7 @@ LAYERS = [
     ("transforms", ["feedline.transforms"]),
     ("converters and tools", ["converters", "feedline.verify", "feedline.describe"]),
     ("sources", ["feedline.sources"]),
-    ("loader", ["feedline.loader"]),
+    ("loader", ["feedline.loader", "feedline.memory", "feedline.keywords"]),   # memory asks the engines for their buffers' bytes
     ("trainer", ["feedline.train"]),
     ("cli", ["feedline.cli", "feedline.__main__"]),
 ]
@@ -238,3 +237,58 @@ def test_no_test_file_is_named_after_a_campaign():
     assert tests and [name for name in tests if CAMPAIGN_NAMES.match(name)] == []
     assert CAMPAIGN_NAMES.match("test_mutants_journal.py") and CAMPAIGN_NAMES.match("test_issue19.py")
     assert not CAMPAIGN_NAMES.match("test_lmdb_store.py") and not CAMPAIGN_NAMES.match("test_mutable.py")
+
+
+SLOT_MODULE = "feedline.sources.slot"
+
+
+def test_a_slots_fields_are_assigned_only_in_its_own_module():
+    """A Slot is made whole by its ring and changed only through its own methods: nowhere
+    else in sources/ (where Slots live) is a Slot field assigned on an object
+    (``x.plan = ...``, ``setattr(x, ...)``), and nothing is attached to one at run time.
+    ``self.<name> = ...`` in a class of its own is that class's business, not a Slot's."""
+    import dataclasses
+    from feedline.sources.slot import Slot
+    names = {f.name for f in dataclasses.fields(Slot)}
+    assigned = []
+    for module, path in modules().items():
+        if module == SLOT_MODULE or not module.startswith("feedline.sources"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            flat = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+            for target in flat:
+                if isinstance(target, ast.Attribute) and target.attr in names and \
+                        not (isinstance(target.value, ast.Name) and target.value.id == "self"):
+                    assigned.append(f"{module}:{node.lineno} assigns .{target.attr}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" and \
+                    not (isinstance(node.args[0], ast.Name) and node.args[0].id == "self"):
+                assigned.append(f"{module}:{node.lineno} calls setattr on another object")
+    assert assigned == []
+
+
+def test_the_slot_imports_nothing_else_of_sources():
+    """The Slot sits at the bottom of sources/: the ring makes it, engines fill it, Finishers
+    finish it; it knows none of them."""
+    known = modules()
+    assert {m for m in imported(SLOT_MODULE, known[SLOT_MODULE], known) if m.startswith("feedline.sources")} == set()
+
+
+MIRRORED = ("sources", "transforms", "stores")
+
+
+def test_each_module_of_sources_transforms_and_stores_has_its_test_file():
+    """Tests mirror those packages: feedline/<package>/<module>.py is tested in
+    tests/test_<module>.py or tests/test_<package>_<module>.py (more files may follow the
+    name, e.g. test_sources_policy_errors.py)."""
+    tests = {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    missing = []
+    for package in MIRRORED:
+        for path in sorted((ROOT / "feedline" / package).glob("*.py")):
+            if path.stem == "__init__":
+                continue
+            if not {f"test_{path.stem}.py", f"test_{package}_{path.stem}.py"} & tests:
+                missing.append(f"feedline/{package}/{path.name}")
+    assert missing == []

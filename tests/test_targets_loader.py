@@ -12,9 +12,10 @@ from targets_helpers import check_row, expected_row, labelled_folder
 
 import feedline
 from converters import pack
-from feedline import FeedLoader
+from feedline import AugmentSpec, FeedLoader, OrderSpec, TransformSpec
 
-KW = dict(batch_size=2, size=48, num_threads=2, device="cpu", decoder="pil")
+KW = dict(batch_size=2, size=48, num_workers=2, device="cpu", decoder="pil")
+UNSIZED = {k: v for k, v in KW.items() if k != "size"}   # beside an AugmentSpec, which carries the size
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def check_epoch(loader, epoch: int) -> list[int]:
         assert got["boxes"].shape == (len(images), m, 4) and got["target"].shape == (len(images), 3)
         for row in range(len(images)):
             record = ids[int(got["label"][row])]
-            check_row(got, row, expected_row(store, record, c.spec_at(epoch), c.seed, epoch, c.min_box_visibility),
+            check_row(got, row, expected_row(store, record, c.spec_at(epoch), c.seed, epoch, c.augment.min_box_visibility),
                       m)
             seen.append(record)
     return seen
@@ -78,14 +79,15 @@ def test_boxes_follow_a_size_schedule_in_each_epochs_pixels(packed):
 
 
 def test_evaluation_boxes_follow_resize_and_center_crop(packed):
-    with FeedLoader(packed["lmdb"], shuffle=False, train=False, min_box_visibility=0.6, **KW) as loader:
+    augment = AugmentSpec(size=48, train=False, min_box_visibility=0.6)
+    with FeedLoader(packed["lmdb"], shuffle=False, augment=augment, **UNSIZED) as loader:
         assert check_epoch(loader, 0) == list(range(12))
 
 
 def test_each_ddp_rank_gets_its_records_targets(packed):
     seen = []
     for rank in (0, 1):
-        with FeedLoader(packed["lmdb"], shuffle=True, seed=5, rank=rank, world_size=2, **KW) as loader:
+        with FeedLoader(packed["lmdb"], shuffle=True, seed=5, order=OrderSpec(rank=rank, world_size=2), **KW) as loader:
             seen.append(check_epoch(loader, 2))
     assert len(seen[0]) == len(seen[1]) == 6 and sorted(seen[0] + seen[1]) == list(range(12))
 
@@ -206,7 +208,7 @@ def test_the_epoch_bench_runs_and_reports_the_ratio(tmp_path):
 @pytest.mark.parametrize("bad", [-0.1, 1.5, "half", True])
 def test_min_box_visibility_outside_0_to_1_is_refused(packed, bad):
     with pytest.raises(ValueError, match=r"min_box_visibility must be a number in \[0, 1\]"):
-        FeedLoader(packed["lmdb"], min_box_visibility=bad, **KW)
+        FeedLoader(packed["lmdb"], augment=AugmentSpec(size=48, min_box_visibility=bad), **UNSIZED)
 
 
 @pytest.mark.parametrize("engine", ["threads", pytest.param("dali", marks=pytest.mark.dali)])
@@ -217,7 +219,7 @@ def test_a_loader_on_boxes_refuses_a_geometric_transform_by_name(packed, engine)
         FeedLoader(packed["lmdb"], **{**KW, "decoder": "auto" if engine == "dali" else "pil"}, engine=engine,
                    transforms=["RandAugment"])
     with pytest.raises(TransformError, match=r"batch_transforms\[0\]: MixUp blends"):
-        FeedLoader(packed["lmdb"], **KW, transforms=["ColorJitter"], batch_transforms=["MixUp"])
+        FeedLoader(packed["lmdb"], **KW, transforms=TransformSpec(["ColorJitter"], ["MixUp"]))
 
 
 @pytest.mark.cuda
@@ -231,7 +233,7 @@ def test_a_mixer_mixes_multi_label_targets_on_cuda_as_on_the_cpu(tmp_path, engin
     src, labels = labelled_folder(str(tmp_path), fields=("labels",))
     out = str(tmp_path / "multi.lmdb")
     pack(src, out, labels_csv=labels, progress=False)
-    mix = dict(batch_transforms=[Mixup(1.0, 1.0)], shuffle=True, seed=2)
+    mix = dict(transforms=TransformSpec([], [Mixup(1.0, 1.0)]), shuffle=True, seed=2)
     kw = {**KW, "device": "cuda", "decoder": "pil" if engine == "threads" else "auto"}
     with FeedLoader(out, **mix, **KW) as cpu, FeedLoader(out, engine=engine, **mix, **kw) as gpu:
         for (_, a), (_, b) in zip(cpu, gpu, strict=True):

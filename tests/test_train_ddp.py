@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from test_train_helpers import FAST, REPO, events, pack, subprocess_env, summary, torchrun, two_class_folder
 
-from feedline import FeedLoader
+from feedline import FeedLoader, OrderSpec
 from feedline.train import checkpoint
 from feedline.train.models import build_model
 
@@ -54,8 +54,8 @@ def test_validation_counts_each_image_once_over_the_ranks(ddp_run):
     model.load_state_dict(state["model"])
     model.eval()
     loss = hits = seen = 0.0
-    with FeedLoader(ddp_run["val"], batch_size=5, train=False, size=32, num_threads=1, device="cpu",
-                    rank=0, world_size=1) as loader, torch.no_grad():
+    with FeedLoader(ddp_run["val"], batch_size=5, train=False, size=32, num_workers=1, device="cpu",
+                    order=OrderSpec(rank=0, world_size=1)) as loader, torch.no_grad():
         for images, labels in loader:
             logits = model(images)
             loss += F.cross_entropy(logits, labels, reduction="sum").item()

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from test_train_helpers import FAST, events, one_line_error, pack, run, summary, two_class_folder
 
 from feedline.size_schedule import ProgressiveSize
+from feedline.augment import AugmentSpec
 from feedline.train.config import TrainConfig
 from feedline.train.recipe import loader_options
 from feedline.train.task import CLASSIFY, FieldLoss
@@ -37,19 +38,19 @@ def test_the_flags_make_the_loader_arguments():
                       cutmix=1.0, mixup_prob=0.9, mixup_switch_prob=0.4, mixup_mode="pair", label_smoothing=0.1,
                       size=64, size_start=32, size_ramp_epochs=4, eval_size=96)
     train = loader_options(cfg, True, 10)
-    ra, jitter = train["transforms"]
+    ra, jitter = train["transforms"].transforms
     assert isinstance(ra, TimmRandAugment) and ra.config.magnitude == 9 and ra.config.increasing
     assert ra.config.magnitude_std == 0.5 and ra.img_mean == (124, 116, 104)  # timm's fill: the mean in pixels
     assert isinstance(jitter, ColorJitter)
-    erase, mix = train["batch_transforms"]  # erasing on the normalized batch, then mixing: timm's order
+    erase, mix = train["transforms"].batch_transforms  # erasing on the normalized batch, then mixing: timm's order
     assert isinstance(erase, TimmRandomErasing) and (erase.probability, erase.mode) == (0.25, "pixel")
     assert isinstance(mix, Mixup) and mix.mode == "pair"
     assert (mix.mixup_alpha, mix.cutmix_alpha, mix.prob, mix.switch_prob) == (0.8, 1.0, 0.9, 0.4)
     assert (mix.label_smoothing, mix.num_classes) == (0.1, 10)
     assert isinstance(train["size"], ProgressiveSize) and [train["size"].size(e) for e in (0, 4)] == [32, 64]
-    assert loader_options(cfg, False, 10) == {"size": 96, "crop_fraction": 0.875}
+    assert loader_options(cfg, False, 10) == {"augment": AugmentSpec(size=96, train=False, crop_fraction=0.875)}
     plain = loader_options(TrainConfig(synthetic=True, aa="trivial"), True, 10)
-    assert isinstance(plain["transforms"][0], TrivialAugmentWide) and plain["batch_transforms"] == []
+    assert isinstance(plain["transforms"].transforms[0], TrivialAugmentWide) and plain["transforms"].batch_transforms == ()
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -41,7 +41,7 @@ def folder(tmp_path_factory) -> str:
 
 def loader(folder: str, batch_size: int) -> FeedLoader:
     """The same images in the same order for any batch size: no shuffle, center crops."""
-    return FeedLoader(folder, batch_size=batch_size, size=SIZE, train=False, device="cpu", num_threads=1)
+    return FeedLoader(folder, batch_size=batch_size, size=SIZE, train=False, device="cpu", num_workers=1)
 
 
 def no_bn_net(seed: int = 0) -> nn.Module:

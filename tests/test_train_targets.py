@@ -157,7 +157,7 @@ def test_two_ranks_report_the_map_of_a_one_process_evaluation(tmp_path):
     model.load_state_dict(checkpoint.load(os.path.join(out, "checkpoint.pt"))["model"])
     model.eval()
     scores, truth, loss = [], [], 0.0
-    with FeedLoader(val, batch_size=5, train=False, size=32, num_threads=1, device="cpu") as loader, \
+    with FeedLoader(val, batch_size=5, train=False, size=32, num_workers=1, device="cpu") as loader, \
             torch.no_grad():
         for images, hot in loader:
             logits = model(images)

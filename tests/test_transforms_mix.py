@@ -1,11 +1,9 @@
 """timm's Mixup against timm 1.0.31's formulas, torchvision's MixUp / CutMix against
 torchvision 0.29's, written out in oracles_transforms, on a batch of real photos."""
 from __future__ import annotations
-
 import numpy as np
 import pytest
 import torch
-
 import oracles_transforms as oracle
 from feedline.transforms import BatchTransforms, CutMix, Mixup, MixUp
 
@@ -100,6 +98,34 @@ def test_mixers_without_num_classes_say_so_or_take_the_stores():
 def test_bad_mixer_arguments_name_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Mixup(**kwargs)
+
+
+def test_mixer_lambda_follows_beta_and_the_switch_and_mix_probabilities():
+    mixer = Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, prob=0.7, switch_prob=0.4, num_classes=10)
+    draws = [mixer.draw(5, 0, [i, i + 1], 64, 64) for i in range(0, 8000, 2)]
+    beta = np.array([d["beta"][0] for d in draws])
+    cut = np.array([d["cutmix"][0] for d in draws])
+    mixed = beta < 1
+    assert abs(mixed.mean() - 0.7) < 0.03
+    assert abs(cut[mixed].mean() - 0.4) < 0.03
+    mix_only = beta[mixed & ~cut]
+    assert abs(mix_only.mean() - 0.5) < 0.02
+    assert abs(mix_only.var() - 1 / (4 * (2 * 0.8 + 1))) < 0.01  # Var Beta(a, a) = 1 / (4 (2a + 1))
+    assert all((d["lam"] == d["lam"][0]).all() for d in draws)  # mode "batch": one per batch
+
+
+def test_elem_mode_draws_one_lambda_per_sample():
+    p = MixUp(0.5, num_classes=3, mode="elem").draw(1, 0, np.arange(64), 32, 32)
+    assert len(np.unique(p["lam"])) == 64
+
+
+def test_mixer_draws_depend_on_the_batchs_first_index_only():
+    mixer = CutMix(1.0, num_classes=5)
+    a = mixer.draw(3, 1, [40, 41, 42, 43], 32, 32)
+    b = mixer.draw(3, 1, [40, 7, 8, 9], 32, 32)
+    assert np.array_equal(a["beta"], b["beta"]) and np.array_equal(a["boxes"], b["boxes"])
+    c = mixer.draw(3, 1, [44, 45, 46, 47], 32, 32)
+    assert c["beta"][0] != a["beta"][0]
 
 
 def test_torchvision_mixers_pair_each_sample_with_the_one_before():

@@ -46,7 +46,7 @@ CORE = (
     Stage("cuda_tests", 95, "(b) pytest -m cuda, one process per test file, per-test timeouts"),
     Stage("data", 50, "4,096 photo-like JPEGs on all cores, packed to LMDB: the benchmarks' data"),
     Stage("loader", 45, "(c) FeedLoader threads on CUDA: loader_img_s (RRC 224, bf16 channels_last, 16 threads)"),
-    Stage("prefetch", 25, "(c) prefetch_overlap: the CUDA prefetcher's copy hidden behind a step"),
+    Stage("prefetch", 25, "(c) prefetch_overlap: the CUDA Finisher's copy hidden behind a step"),
     Stage("gpu_decode", 45, "(d) engine='gpu' (nvImageCodec) vs the CPU threads"),
     Stage("resnet50", 60, "(e) ResNet-50 bf16, real vs synthetic data, short"),
     Stage("ddp", 40, "(f) torchrun + NCCL, world size = GPU count; feedline train under torchrun"),

@@ -20,7 +20,7 @@ from procs import Outcome
 
 OUTCOME = re.compile(r"^(?P<test>\S+\.py::\S+)(?: .*?)? (?P<result>PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b", re.M)
 NODE = re.compile(r"^(?P<test>\S+\.py::\S+)", re.M)
-FIRST = ("test_prefetcher.py",)   # the files of most value first
+FIRST = ("test_cuda_finisher.py",)   # the files of most value first
 
 
 def files_marked(tests: Path, marker: str) -> list[Path]:

@@ -7,7 +7,7 @@ nvJPEG on CUDA, the hybrid CPU+GPU path, the CPU).
 
     python bench/gpu/gpu_decode.py --data photos.lmdb --out gpu_decode.json
 
-Loader rows: ``cpu-threads`` (engine="threads", decoder="auto" + CUDA prefetcher), ``gpu``
+Loader rows: ``cpu-threads`` (engine="threads", decoder="auto" + the CUDA Finisher), ``gpu``
 (engine="gpu": nvImageCodec on the GPU), ``dali`` (engine="dali": DALI's mixed decoder).
 A row that cannot start (DALI not installed, no GPU source yet) says why in the JSON.
 """
@@ -43,8 +43,8 @@ def loader_rows(args, device: str) -> tuple[dict, dict, dict]:
             continue
         try:
             loader = FeedLoader(args.data, batch_size=args.batch_size, shuffle=True, train=True, size=224,
-                                num_threads=args.threads, device=device, dtype=torch.bfloat16,
-                                channels_last=True, drop_last=True, engine=engine)
+                                num_workers=args.threads, device=device, dtype=torch.bfloat16,
+                                drop_last=True, engine=engine)
             stream = forever(lambda loader=loader: loader)
             for _ in range(args.warmup):
                 next(stream)

@@ -5,7 +5,7 @@ bf16 in channels_last, batch 256, 16 decode threads / 16 workers. Target >= 10,0
 
     python bench/gpu/loader_img_s.py --data photos.lmdb --folder photos/ --out loader_img_s.json
 
-Rows: ``feedline`` (FeedLoader, default decoder, CUDA prefetcher), ``torchvision`` (the
+Rows: ``feedline`` (FeedLoader, default decoder, the CUDA Finisher), ``torchvision`` (the
 ImageNet example's recipe: transforms.v2 on PIL images in the workers, float32 normalized
 there, then copied to the GPU) and ``torchvision-uint8`` (the same crops as uint8 in the
 workers, normalized on the GPU: a quarter of the bytes to collate and copy).
@@ -34,7 +34,7 @@ def feedline_stream(packed: str, args, device: str):
     import torch
     from feedline import FeedLoader
     loader = FeedLoader(packed, batch_size=args.batch_size, shuffle=True, train=True, size=224,
-                        num_threads=args.threads, device=device, dtype=torch.bfloat16, channels_last=True,
+                        num_workers=args.threads, device=device, dtype=torch.bfloat16,
                         drop_last=True, decoder=args.decoder)
     return loader, forever(lambda: loader)
 

@@ -1,12 +1,12 @@
 """prefetch_overlap: the share of the host-to-device copy (and normalization) that
-feedline's CUDA prefetcher hides behind the training step.
+feedline's CUDA Finisher hides behind the training step.
 
     python bench/gpu/prefetch_overlap.py --out prefetch_overlap.json [--batch 256 --compute-ms 20]
 
 One pinned uint8 N x 224 x 224 x 3 batch (already decoded: decoding is not measured here)
 feeds a stand-in training step, matrix products sized to take about --compute-ms on
 the GPU. Per step, timed with CUDA events after a warm-up: compute alone; copy + normalize
-alone; both on one stream (serial); and feedline's CudaPrefetcher (copy of batch k+1 on
+alone; both on one stream (serial); and feedline's CudaFinisher (copy of batch k+1 on
 its side stream while step k runs). Hidden share = (serial - prefetched) / copy: 1.0 when
 the copy costs the step nothing, 0 when it is fully serialized.
 """
@@ -22,11 +22,14 @@ if __package__ in (None, ""):  # `python bench/gpu/prefetch_overlap.py`: the rep
 from bench.common import format_table, say, write_results  # noqa: E402
 from bench.gpu import common  # noqa: E402
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from feedline.config import OutputSpec  # noqa: E402
 from feedline.sources.normalization import normalize_batch  # noqa: E402
-from feedline.sources.prefetcher import CudaPrefetcher  # noqa: E402
+from feedline.plan import BatchPlan  # noqa: E402
+from feedline.sources.cuda_finisher import CudaFinisher  # noqa: E402
+from feedline.sources.slot import Slot  # noqa: E402
 
 NAME = "prefetch_overlap"
 
@@ -56,7 +59,7 @@ def calibrate(weights: torch.Tensor, images: torch.Tensor, target_ms: float) -> 
 
 def measure(batch: int, size: int, steps: int, compute_ms: float) -> tuple[dict[str, float], int]:
     """ms per step of: the stand-in step alone, copy + normalize alone, both on one stream,
-    and feedline's CudaPrefetcher (copy of batch k+1 on its side stream while step k runs);
+    and feedline's CudaFinisher (copy of batch k+1 on its side stream while step k runs);
     and the step's matmul repeats. Seeded: the same bytes and weights every run."""
     device = torch.device("cuda", torch.cuda.current_device())
     output = OutputSpec(dtype=torch.bfloat16, device=str(device))
@@ -65,7 +68,9 @@ def measure(batch: int, size: int, steps: int, compute_ms: float) -> tuple[dict[
     labels = torch.zeros(batch, dtype=torch.int64).pin_memory()
     weights = torch.randn(2048, 2048, device=device, generator=torch.Generator(device).manual_seed(0)) / 64
     repeats = calibrate(weights, pinned[:1].to(device), compute_ms)
-    prefetcher = CudaPrefetcher(output)
+    finisher = CudaFinisher(output)
+    plan = BatchPlan(0, 0, np.arange(batch), np.zeros((batch, 4), np.int64), np.zeros(batch, bool), np.zeros(batch, np.int64))
+    slot = Slot(0, pinned, labels, None, (size, size), plan=plan)
 
     def compute_only(n):
         images = normalize_batch(pinned.to(device).permute(0, 3, 1, 2), output)
@@ -82,13 +87,13 @@ def measure(batch: int, size: int, steps: int, compute_ms: float) -> tuple[dict[
             stand_in_step(weights, images, repeats)
 
     def prefetched(n):
-        pending = prefetcher.submit(pinned, labels, 0)
+        pending = finisher.finish(slot)
         for _ in range(n):
-            ahead = prefetcher.submit(pinned, labels, 0)   # batch k+1 copies during step k
-            images, _ = prefetcher.finish(pending)
+            ahead = finisher.finish(slot)   # batch k+1 copies during step k
+            images, _ = finisher.hand_over(pending)
             stand_in_step(weights, images, repeats)
             pending = ahead
-        prefetcher.finish(pending)
+        finisher.hand_over(pending)
 
     times = {name: per_step_ms(fn, steps) for name, fn in
              [("compute only", compute_only), ("copy+normalize only", copy_only),

@@ -1,13 +1,14 @@
 """Batch sources: what turns an epoch's sample plans into finished batches.
 
 Which source (engine=) and which decoder are chosen in feedline.selection; make_source
-builds the chosen one. Every source implements the same small protocol, so FeedLoader
-never asks which one it holds. Sources differ in speed, never in data: the same (seed, epoch, index) gives the
-same crop, flip and label from each, and a bad record is reported in the same ledger
-with the same substitute.
+builds the chosen engine and, once, what it is handed (parts.py): the transforms, the
+targets, the bad-record rule and the Finisher. Engines fill Slots (slot.py); the Finisher
+finishes them (finisher.py, cuda_finisher.py). Every source implements the same small
+protocol, so FeedLoader never asks which one it holds. Sources differ in speed, never in
+data: the same (seed, epoch, index) gives the same crop, flip and label from each, and a
+bad record is reported in the same ledger with the same substitute.
 
-- ThreadBatches (threads.py): per-image CPU decoders on threads, a ring of pinned batch
-  buffers, and a host or CUDA-stream finisher.
+- ThreadBatches (threads.py): per-image CPU decoders on threads filling a ring of Slots.
 - DaliBatches (dali.py): one NVIDIA DALI pipeline (nvJPEG on a GPU, CPU operators without).
 - GpuDecodeBatches (gpu_decode.py): nvImageCodec decoding the crops on the GPU.
 """
@@ -21,8 +22,12 @@ from ..choices import Engine
 from ..config import LoaderConfig
 from ..decoders.base import Decoder
 from ..plan import EpochPlan
-from ..selection import resolve_engine_and_decoder
 from ..stats import LoaderStats
+from .finisher import Filled, HostFinisher
+from .parts import EngineParts
+from .policy import BadRecords
+from .target_batches import target_spec
+from .transforming import transforming
 
 
 class BatchSource(Protocol):
@@ -37,20 +42,46 @@ class BatchSource(Protocol):
         """Release threads, pipelines and buffers. The source is not used afterwards."""
 
 
+def engine_type(engine: Engine) -> type:
+    """The class of the engine ``engine`` (resolved: never "auto"); each declares the bytes
+    of its buffers (``buffer_bytes(config)``: host, device)."""
+    if engine is Engine.DALI:
+        from .dali import DaliBatches
+        return DaliBatches
+    if engine is Engine.GPU:
+        from .gpu_decode import GpuDecodeBatches
+        return GpuDecodeBatches
+    from .threads import ThreadBatches
+    return ThreadBatches
+
+
 def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> BatchSource:
-    """The source for ``config.engine`` (already resolved: never "auto"). ``decoder``, the
-    thread engine's Decoder, is chosen by feedline.selection; without one, the decoder
-    ``config.decoder`` names is chosen there for this store."""
+    """The source for ``config.engine`` (already resolved: never "auto"), with its parts
+    built once. ``decoder``: the thread engine's Decoder, chosen by feedline.selection."""
+    t = transforming(store, config)
+    targets = target_spec(store, config)
+    output = config.output
+    bad = BadRecords(store, config.on_error)
     if config.engine is Engine.DALI:
         from .dali import DaliBatches
-        return DaliBatches(store, config)
+        # DALI normalizes in its pipeline, unless transforms follow it: then it gives pixels
+        finisher = HostFinisher(output, t, targets, Filled(normalized=t is None, samples_applied=False))
+        return DaliBatches(store, config, EngineParts(t, targets, bad, finisher))
     if config.engine is Engine.GPU:
+        from .cuda_finisher import CudaFinisher
         from .gpu_decode import GpuDecodeBatches
-        return GpuDecodeBatches(store, config)
+        from .gpu_region import crop_streams
+        finisher = CudaFinisher(output, t, targets, Filled(normalized=False, samples_applied=False))
+        return GpuDecodeBatches(store, config, EngineParts(t, targets, bad, finisher), crop_streams(store, output))
     from .threads import ThreadBatches
     if decoder is None:
-        decoder = resolve_engine_and_decoder(config.engine, config.decoder, config.output.device, store).decoder
-    return ThreadBatches(store, config, decoder)
+        raise ValueError("the thread engine needs its Decoder (feedline.selection.resolve_engine_and_decoder)")
+    if output.on_cuda:
+        from .cuda_finisher import CudaFinisher
+        finisher = CudaFinisher(output, t, targets, Filled(normalized=False, samples_applied=True))
+    else:
+        finisher = HostFinisher(output, t, targets, Filled(normalized=True, samples_applied=True))
+    return ThreadBatches(store, config, decoder, EngineParts(t, targets, bad, finisher))
 
 
-__all__ = ["BatchSource", "make_source"]
+__all__ = ["BatchSource", "engine_type", "make_source"]

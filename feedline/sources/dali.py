@@ -15,11 +15,12 @@ from ..config import LoaderConfig
 from ..errors import DecodeError
 from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
+from .cuda_finisher import device_batches_bytes
 from .dali_graph import build_pipeline, dali_reason, import_dali, to_torch
 from .known_bad import KnownBad
+from .parts import EngineParts
 from .policy import BadRecordPolicy
-from .target_batches import target_spec, to_device
-from .transforming import transforming
+from .slot import Slot, made_slot
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class DaliBatches:
     batches fed again with their substitutes (the rule every source shares).
     """
 
-    def __init__(self, store, config: LoaderConfig):
+    def __init__(self, store, config: LoaderConfig, parts: EngineParts):
         self.store, self.config = store, config
         self._dali = import_dali()
         self._pipe = None
@@ -54,8 +55,10 @@ class DaliBatches:
         self._refeed: deque[BatchPlan] = deque()  # plans to feed again after a pipeline rebuild
         self._inflight: deque[_Fed] = deque()     # fed to DALI, outputs not yet taken; oldest first
         self._stopping = False
-        self._targets = target_spec(store, config)   # None: the label alone, as always
-        self._transforming, self._made = transforming(store, config), None   # _made: what the pipeline makes
+        self._targets, self._bad_records, self.finisher = parts.targets, parts.bad_records, parts.finisher
+        self._transforming, self._made = parts.transforming, None   # _made: what the pipeline makes
+
+    buffer_bytes = staticmethod(lambda config: dali_buffer_bytes(config))
 
     # -- feeding -------------------------------------------------------------------------
 
@@ -107,7 +110,7 @@ class DaliBatches:
     # -- iteration ---------------------------------------------------------------------------
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        self._policy = BadRecordPolicy(self.store, self.config.on_error, epoch, stats.ledger)
+        self._policy = self._bad_records.policy(epoch, stats.ledger)
         if self._made is None or epoch.spec.size != self._made.augment.size:  # a size schedule moved
             self._discard()
             self._made = pipeline_config(self.config, epoch.spec.size, pixels=self._transforming is not None)
@@ -130,10 +133,9 @@ class DaliBatches:
                 fed = self._inflight.popleft()
                 images = to_torch(self._dali, outputs[0], self._made, self._stream())
                 pipe.release_outputs()
-                images, labels = finish_batch(images, fed, epoch, self.store, self.config, self._targets,
-                                              self._transforming)
+                batch = self.finisher.finish(filled_slot(images, fed, epoch, self.store, self._targets))
                 pipe.schedule_run()  # DALI works on the next batch while the consumer trains
-                yield images, labels
+                yield self.finisher.hand_over(batch)
             pipe.reset()
             finished = True
         finally:
@@ -182,6 +184,13 @@ class DaliBatches:
         self._discard()
 
 
+def dali_buffer_bytes(config: LoaderConfig) -> tuple[int, int]:
+    """(host, device) bytes of the buffers feedline allocates for DALI: the batches on a CUDA
+    device (DALI's own pipeline memory is DALI's)."""
+    h, w = config.augment.size
+    return 0, device_batches_bytes(config.prefetch, config.batch_size * h * w * 3, config.output)
+
+
 def pipeline_config(config: LoaderConfig, size: tuple[int, int], pixels: bool) -> LoaderConfig:
     """What the pipeline makes: ``size`` (a size schedule's, this epoch); uint8 pixels when
     transforms follow it (they take pixels, then normalize as every engine does)."""
@@ -191,14 +200,9 @@ def pipeline_config(config: LoaderConfig, size: tuple[int, int], pixels: bool) -
     return c
 
 
-def finish_batch(images: torch.Tensor, fed: _Fed, epoch: EpochPlan, store, config: LoaderConfig, targets,
-                 transforming):
-    """DALI's images of ``fed`` with their targets (those of the records decoded: a substitute
-    brings its own) on the output device, through the transforms every engine applies."""
+def filled_slot(images: torch.Tensor, fed: _Fed, epoch: EpochPlan, store, targets) -> Slot:
+    """DALI's images of ``fed`` as a Slot, with the labels and targets of the records decoded
+    (a substitute brings its own)."""
     labels = torch.from_numpy(fed.labels.astype(np.int64))
-    if targets is not None:
-        labels = targets.deliver(targets.batch(fed.indices, epoch, store.sizes), len(fed.indices))
-    labels = to_device(labels, torch.device(config.output.device))
-    if transforming is not None:  # DALI gave uint8 pixels
-        images, labels = transforming.finish_pixels(images, labels, fed.plan, config.output)
-    return images, labels
+    made = targets.batch(fed.indices, epoch, store.sizes) if targets is not None else None
+    return made_slot(fed.plan, images, labels, made, fed.indices)

@@ -26,11 +26,11 @@ from ..decoders.base import Box
 from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
 from .background import ahead
-from .gpu_region import crop_on_device, gpu_region_decode
-from .normalization import layout_of, normalize_batch
+from .cuda_finisher import device_batches_bytes
+from .normalization import layout_of
+from .parts import EngineParts
 from .policy import BadRecordPolicy
-from .target_batches import each_tensor, target_spec, to_device
-from .transforming import transforming
+from .slot import Slot, made_slot
 
 
 class GpuDecodeBatches:
@@ -43,8 +43,7 @@ class GpuDecodeBatches:
     by feedline's CPU decoder and uploaded; a record neither can decode is a bad record.
     """
 
-    def __init__(self, store, config: LoaderConfig):
-        from ..decoders import get_decoder
+    def __init__(self, store, config: LoaderConfig, parts: EngineParts, crops):
         from ..decoders.nvimgcodec_library import load_nvimgcodec
         nv = load_nvimgcodec()
         self.store, self.config = store, config
@@ -53,19 +52,17 @@ class GpuDecodeBatches:
                                    backends=[nv.Backend(nv.HW_GPU_ONLY), nv.Backend(nv.GPU_ONLY),
                                              nv.Backend(nv.HYBRID_CPU_GPU)])
         self._params = nv.DecodeParams(apply_exif_orientation=False, color_spec=nv.SRGB)
-        self._nv = nv
-        self._cpu = get_decoder("auto")
-        self._stream = torch.cuda.Stream(device=self.device)
-        self._targets = target_spec(store, config)   # None: the label alone, as always
-        # -- grid splice (issue 24, gpu_splice): on a grid store, decode only each crop's MCUs
-        from ..decoders.grid_decoder import grid_decoder_for
-        from ..decoders.jpeg_grid import is_grid_store
-        from .gpu_splice import GridSplice
-        self._grid = GridSplice(nv, self.device) if is_grid_store(store) else None
-        self._cpu = grid_decoder_for(store, self._cpu)   # refuses a damaged grid as the splice does
-        # -- end grid splice
-        self._transforming = transforming(store, config)
-        self._region = gpu_region_decode(self.device)   # False: decode whole images, crop on the GPU
+        self._crops = crops               # gpu_splice: a region of each record, or a grid store's spliced MCUs
+        self._cpu = crops.fallback        # the CPU decoder for what the GPU cannot decode
+        self._targets, self._bad = parts.targets, parts.bad_records
+        self.finisher = parts.finisher    # a CudaFinisher: decoding runs on its stream, so finishing follows it
+        self._stream = self.finisher.stream
+
+    @staticmethod
+    def buffer_bytes(config: LoaderConfig) -> tuple[int, int]:
+        """(host, device) bytes of its buffers: the CUDA Finisher's batches on the device."""
+        h, w = config.augment.size
+        return 0, device_batches_bytes(config.prefetch, config.batch_size * h * w * 3, config.output)
 
     # -- one batch, on the producer thread --------------------------------------------
 
@@ -93,22 +90,13 @@ class GpuDecodeBatches:
 
     def _decode(self, samples) -> list:
         """Each sample's crop as a CUDA or host image; None where the GPU could not decode."""
-        nv = self._nv
-        streams, where, whole = [], [], {}   # whole: sample -> its crop box, decoded as a whole image
-        if self._grid:  # grid splice (issue 24): a new batch, nothing left from one that failed
-            self._grid.begin()
+        streams, where = [], []
+        self._crops.begin()   # a new batch, nothing left from one that failed
         for k, (_, data, box, _, _) in enumerate(samples):
             if isinstance(data, np.ndarray):   # a substitute, already decoded on the CPU
                 continue
             try:
-                if self._grid:   # grid splice (issue 24)
-                    stream = self._grid.stream(k, data, box)
-                elif self._region:
-                    stream = nv.CodeStream(data).get_sub_code_stream(region=nv.Region(
-                        start=(box.top, box.left), end=(box.top + box.height, box.left + box.width)))
-                else:   # region decode unsafe here (gpu_region): the whole image, cropped below
-                    stream = nv.CodeStream(data)
-                    whole[k] = box
+                stream = self._crops.stream(k, data, box)
             except Exception:  # not a format nvImageCodec parses: the CPU decoder will say
                 continue
             streams.append(stream)
@@ -118,20 +106,21 @@ class GpuDecodeBatches:
             if streams else []
         images = [data if isinstance(data, np.ndarray) else None for _, data, _, _, _ in samples]
         for k, image in zip(where, decoded):
-            images[k] = crop_on_device(image, whole[k], self.device) if k in whole else image
-        return self._grid.crops(images) if self._grid else images   # grid splice (issue 24)
+            images[k] = image
+        return self._crops.crops(images)
 
-    def _finish(self, plan: BatchPlan, policy: BadRecordPolicy, stats: LoaderStats, epoch: EpochPlan):
+    def _fill(self, plan: BatchPlan, policy: BadRecordPolicy, stats: LoaderStats, epoch: EpochPlan) -> Slot:
+        """The Slot of ``plan``: its crops resized and flipped on the device, as float pixels on
+        the 0..255 scale, the labels and targets of the records decoded."""
         t0 = time.perf_counter()
         samples = self._read(plan, policy)
         t1 = time.perf_counter()
         images = self._decode(samples)
         stats.add(read_s=t1 - t0, decode_s=time.perf_counter() - t1)  # decode: enqueue and host-side time
-        c = self.config
         h, w = epoch.spec.size
         with torch.cuda.stream(self._stream):
             batch = torch.empty((len(samples), 3, h, w), dtype=torch.float32, device=self.device,
-                                memory_format=layout_of(c.output))
+                                memory_format=layout_of(self.config.output))
             labels = torch.empty(len(samples), dtype=torch.int64)
             decoded = np.empty(len(samples), dtype=np.int64)   # the records delivered, substitutes included
             for k, (index, data, box, flip, label) in enumerate(samples):
@@ -146,31 +135,20 @@ class GpuDecodeBatches:
                 resized = F.interpolate(crop, size=(h, w), mode="bilinear", antialias=True, align_corners=False)
                 batch[k] = resized[0].flip(-1) if flip else resized[0]
                 labels[k] = label
-            if self._targets is not None:   # each record's own targets, through its own crop and flip
-                labels = self._targets.deliver(self._targets.batch(decoded, epoch, self.store.sizes), len(decoded))
-            labels = to_device(labels, self.device)
-            if self._transforming is None:
-                batch = normalize_batch(batch.clamp_(0, 255), c.output)
-            else:  # the transforms take the uint8 pixels every engine makes
-                pixels = batch.round_().clamp_(0, 255).to(torch.uint8)
-                batch, labels = self._transforming.finish_pixels(pixels, labels, plan, c.output)
-            ready = torch.cuda.Event()
-            ready.record(self._stream)
-        return batch, labels, ready, images  # images: kept alive until the next decode call
+            # each record's own targets, through its own crop and flip
+            targets = self._targets.batch(decoded, epoch, self.store.sizes) if self._targets is not None else None
+        return made_slot(plan, batch, labels, targets, decoded), images   # images: alive until the next decode call
 
     # -- the protocol -------------------------------------------------------------------
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        policy = BadRecordPolicy(self.store, self.config.on_error, epoch, stats.ledger)
-        finished = (self._finish(plan, policy, stats, epoch)
-                    for plan in epoch.batches(self.store.labels, self.store.sizes, start))
-        for images, labels, event, _ in ahead(finished, self.config.prefetch, "feedline-gpu-decode"):
-            current = torch.cuda.current_stream(self.device)
-            current.wait_event(event)
-            images.record_stream(current)
-            for t in each_tensor(labels):
-                t.record_stream(current)
-            yield images, labels
+        policy = self._bad.policy(epoch, stats.ledger)
+        finish = self.finisher.finish
+        finished = ((finish(slot), decoded) for slot, decoded in
+                    (self._fill(plan, policy, stats, epoch)
+                     for plan in epoch.batches(self.store.labels, self.store.sizes, start)))
+        for batch, _ in ahead(finished, self.config.prefetch, "feedline-gpu-decode"):
+            yield self.finisher.hand_over(batch)
 
     def close(self) -> None:
         """Nothing outlives a run: the decoder and the stream are freed with this object."""

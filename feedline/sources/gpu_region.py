@@ -25,7 +25,7 @@ import os
 import torch
 
 from ..decoders.base import Box
-from .gpu_splice import image_tensor
+from .gpu_splice import GridSplice, RegionStreams, image_tensor
 
 log = logging.getLogger(__name__)
 
@@ -93,3 +93,42 @@ def crop_on_device(image, box: Box, device: torch.device) -> torch.Tensor | None
     if whole.ndim != 3 or box.top + box.height > whole.shape[0] or box.left + box.width > whole.shape[1]:
         return None
     return whole[box.top:box.top + box.height, box.left:box.left + box.width]
+
+
+class WholeImages:
+    """Crop streams where GPU region decode is unsafe: each record decoded whole, its crop cut
+    on the device. Not thread-safe, as the other crop streams (gpu_splice.py)."""
+
+    def __init__(self, nv, device: torch.device | str, fallback=None):
+        self._nv, self._device, self.fallback = nv, torch.device(device), fallback
+        self._boxes: dict[int, Box] = {}   # sample -> its crop box in the whole image
+
+    def begin(self) -> None:
+        """A new batch: forget the boxes of one whose decode failed before ``crops``."""
+        self._boxes = {}
+
+    def stream(self, k: int, data, box: Box):
+        stream = self._nv.CodeStream(data)
+        self._boxes[k] = box
+        return stream
+
+    def crops(self, images: list) -> list:
+        boxes, self._boxes = self._boxes, {}
+        for k, box in boxes.items():   # only samples given a stream: never a CPU substitute
+            images[k] = crop_on_device(images[k], box, self._device)
+        return images
+
+
+def crop_streams(store, output) -> "RegionStreams | GridSplice | WholeImages":
+    """The crop streams for the GPU engine reading ``store`` onto ``output.device``: a grid
+    store's spliced MCUs, else regions where GPU region decode is safe, else whole images."""
+    from ..decoders import get_decoder
+    from ..decoders.grid_decoder import grid_decoder_for
+    from ..decoders.jpeg_grid import is_grid_store
+    from ..decoders.nvimgcodec_library import load_nvimgcodec
+    nv, cpu, device = load_nvimgcodec(), get_decoder("auto"), torch.device(output.device)
+    if is_grid_store(store):
+        return GridSplice(nv, device, grid_decoder_for(store, cpu))   # refuses a damaged grid as the splice does
+    if gpu_region_decode(device):
+        return RegionStreams(nv, cpu)
+    return WholeImages(nv, device, cpu)

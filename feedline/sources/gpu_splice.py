@@ -1,4 +1,7 @@
-"""The GPU engine on a grid store: each crop's MCUs spliced into a small JPEG for nvImageCodec.
+"""What the GPU engine hands nvImageCodec for each sample's crop, chosen once for the store
+(gpu_region.crop_streams) and given to the engine: a region of the record (RegionStreams), or,
+on a grid store, the crop's MCUs spliced into a small JPEG (GridSplice). Each also names the CPU
+decoder that stands in for a record the GPU cannot decode (``fallback``).
 
 nvImageCodec's region request still Huffman-decodes the scan up to the region's end, and
 the H100/H200 hardware JPEG decoder has no region decode at all. On a grid store
@@ -17,14 +20,34 @@ from ..decoders.base import Box
 from ..decoders.jpeg_grid import splice_crop
 
 
+class RegionStreams:
+    """The crop as a region of the record's code stream. Not thread-safe: one producer thread
+    calls ``begin``, ``stream`` for a batch's samples, then ``crops`` once with the decoded batch."""
+
+    def __init__(self, nv, fallback=None):
+        self._nv, self.fallback = nv, fallback
+
+    def begin(self) -> None:
+        """A new batch."""
+
+    def stream(self, k: int, data, box: Box):
+        """The CodeStream of sample ``k``'s crop; an error when ``data`` is not a format nvImageCodec parses."""
+        return self._nv.CodeStream(data).get_sub_code_stream(
+            region=self._nv.Region(start=(box.top, box.left), end=(box.top + box.height, box.left + box.width)))
+
+    def crops(self, images: list) -> list:
+        """The decoded regions are the crops already."""
+        return images
+
+
 class GridSplice:
     """Spliced code streams for one batch, then the decoded blocks cut to their crops.
 
     Not thread-safe: one producer thread calls ``begin``, ``stream`` for a batch's samples,
     then ``crops`` once with the decoded batch."""
 
-    def __init__(self, nv, device: torch.device | str = "cpu"):
-        self._nv, self._device = nv, torch.device(device)
+    def __init__(self, nv, device: torch.device | str = "cpu", fallback=None):
+        self._nv, self._device, self.fallback = nv, torch.device(device), fallback
         self._cuts: dict[int, tuple[Box, tuple[int, int]]] = {}   # sample -> (crop in its block, block size)
 
     def begin(self) -> None:

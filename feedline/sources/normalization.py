@@ -4,7 +4,7 @@ the output's dtype and memory layout, or the uint8 pixels themselves when mean i
 One function per device, both from the same constants: ``HostNormalizer`` maps one
 sample at a time on the host with a lookup table (cv2.LUT), in the decode thread that
 decoded it while the sample is still in cache; ``normalize_batch`` maps a whole batch
-with torch on any device (the CUDA prefetcher, the GPU decoder). DALI normalizes inside
+with torch on any device (the Finishers). DALI normalizes inside
 its own pipeline with ``pixel_mean_std``.
 """
 from __future__ import annotations
@@ -30,6 +30,13 @@ def pixel_mean_std(output: OutputSpec) -> tuple[np.ndarray, np.ndarray] | None:
     return 255.0 * np.asarray(output.mean, dtype=np.float64), 255.0 * np.asarray(output.std, dtype=np.float64)
 
 
+class _Converted(threading.local):
+    """Each decode thread's float32 sample, while it is written into a row of another layout."""
+
+    def __init__(self):
+        self.buffer: np.ndarray | None = None
+
+
 class HostNormalizer:
     """The host's function: one H x W x 3 uint8 sample into one C x H x W row of a batch."""
 
@@ -42,7 +49,7 @@ class HostNormalizer:
             self._table = table.astype(np.float32).reshape(1, 256, 3)
         # Written straight into the row when its memory is H x W x C in a dtype cv2 writes.
         self._direct = output.channels_last and self.dtype in (torch.float32, torch.uint8)
-        self._scratch = threading.local()
+        self._scratch = _Converted()
 
     @property
     def in_place(self) -> bool:
@@ -65,7 +72,7 @@ class HostNormalizer:
             return
         converted = sample
         if self._table is not None:
-            converted = getattr(self._scratch, "buffer", None)
+            converted = self._scratch.buffer
             if converted is None or converted.shape != sample.shape:
                 converted = self._scratch.buffer = np.empty(sample.shape, dtype=np.float32)
             cv2.LUT(sample, self._table, dst=converted)

@@ -49,6 +49,17 @@ def bad_record(store, plan: BatchPlan, position: int, error: BaseException,
                      substitute=substitute)
 
 
+class BadRecords:
+    """The rule for bad records, built once per loader: ``on_error`` for ``store``; each run
+    (one epoch of one engine) applies it with its own ledger (``policy``)."""
+
+    def __init__(self, store, on_error: OnError):
+        self.store, self.on_error = store, OnError.parse(on_error, "on_error")
+
+    def policy(self, epoch: EpochPlan, ledger: BadRecordLedger) -> "BadRecordPolicy":
+        return BadRecordPolicy(self.store, self.on_error, epoch, ledger)
+
+
 class BadRecordPolicy:
     """The rule for bad records of one run (one epoch of one engine). Thread-safe: it holds
     no state of its own beyond the ledger, which is."""

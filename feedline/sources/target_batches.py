@@ -1,5 +1,5 @@
 """How a batch's targets beyond one label are made and handed over (the layout of
-`TargetColumns.batch_layout`); where they live between the two is targets_buffers.py.
+`TargetColumns.batch_layout`); between the two they live in the Slot (slot.py).
 
 A store whose only field is ``label`` gets none of this: its batches are (images, int64
 labels) exactly as before. Otherwise the consumer receives, beside the images, the one
@@ -59,29 +59,27 @@ def target_spec(store, config) -> TargetSpec | None:
     ``label`` (the classic int64 labels, delivered as they always were)."""
     if store.fields == LABEL_ONLY:
         return None
-    return TargetSpec(store, config.batch_size, config.min_box_visibility)
+    return TargetSpec(store, config.batch_size, config.augment.min_box_visibility)
 
 
-def plan_targets(target, plan) -> None:
-    """The planner's part: every row of ``plan`` from its records, crops and flips."""
-    buffers = getattr(target, "targets", None)
-    if buffers is not None:
-        target.target_spec.fill(plan.indices, buffers.arrays, plan.boxes, plan.flips, target.target_size)
+def plan_targets(spec: TargetSpec | None, slot) -> None:
+    """The planner's part: every row of the Slot's plan from its records, crops and flips."""
+    if spec is not None:
+        plan = slot.plan
+        spec.fill(plan.indices, slot.target_rows, plan.boxes, plan.flips, slot.size)
 
 
-def substitute_targets(target, j: int, index: int, crop, flip: bool) -> None:
-    """A decode thread's part: row ``j`` now holds record ``index`` with its own crop and flip."""
-    buffers = getattr(target, "targets", None)
-    if buffers is not None:
-        rows = {name: a[j:j + 1] for name, a in buffers.arrays.items()}
-        target.target_spec.fill([index], rows, np.asarray(crop).reshape(1, 4), [bool(flip)], target.target_size)
+def substitute_targets(spec: TargetSpec | None, slot, j: int, index: int, crop, flip: bool) -> None:
+    """A decode thread's part: row ``j`` of the Slot now holds record ``index`` with its own crop and flip."""
+    if spec is not None:
+        rows = {name: a[j:j + 1] for name, a in slot.target_rows.items()}
+        spec.fill([index], rows, np.asarray(crop).reshape(1, 4), [bool(flip)], slot.size)
 
 
-def batch_targets(target, labels: torch.Tensor, n: int):
-    """What the consumer receives beside the images of a filled slot: ``labels`` (the classic
-    int64 column) when the store has only ``label``, else the slot's targets."""
-    buffers = getattr(target, "targets", None)
-    return labels if buffers is None else target.target_spec.deliver(buffers.tensors, n)
+def batch_targets(spec: TargetSpec | None, slot, n: int):
+    """What the consumer receives beside the first ``n`` images of a filled Slot: its labels
+    (the classic int64 column) when the store has only ``label``, else its targets."""
+    return slot.labels[:n] if spec is None else spec.deliver(slot.targets, n)
 
 
 def to_device(targets, device: torch.device):

@@ -8,9 +8,10 @@ batches are the same for any thread count, resume point and engine. Where they r
   uint8 crop before it is normalized into the batch; batch transforms on the consumer's
   thread on the finished batch;
 - thread engine, CUDA output: user callables (and built-ins before them) on the decode
-  threads; the trailing built-ins batched on the prefetcher's side stream on uint8 before
-  normalizing; batch transforms after normalizing, on the side stream;
-- DALI and GPU decode: their uint8 output through the same functions (``finish_pixels``).
+  threads; the trailing built-ins batched on the CUDA Finisher's side stream on uint8
+  before normalizing; batch transforms after normalizing, on the side stream;
+- DALI and GPU decode: their uint8 output through the same functions (``finish_pixels``),
+  by their Finisher (finisher.py).
 
 A sample's parameters belong to its planned index, also when a bad record is substituted.
 """
@@ -92,15 +93,15 @@ class Transforming:
 
 def store_classes(store) -> int | None:
     """How many classes the store's labels have, when it knows (for the mixers)."""
-    classes = getattr(store, "classes", None)
-    return len(classes) if classes else None
+    return len(store.classes) if store.classes else None
 
 
 def transforming(store, config, batched_on_device: bool | None = None) -> Transforming | None:
     """The transforms of ``config`` for a source reading ``store``; None when there are none.
     A TransformError first when the store's boxes cannot follow one of them."""
-    check_transforms_for_targets(store.fields, config.transforms.transforms, config.transforms.batch_transforms)
-    if not config.transforms:
+    spec = config.transforms
+    check_transforms_for_targets(store.fields, spec.transforms, spec.batch_transforms)
+    if not (spec.transforms or spec.batch_transforms):
         return None
     on_device = config.output.on_cuda if batched_on_device is None else batched_on_device
     return Transforming(config.transforms, config.seed, store_classes(store), on_device)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..config import OrderSpec, OutputSpec
 from ..loader import FeedLoader
 from ..stores import Store, open_dataset
 from .config import TrainConfig, TrainError
@@ -75,11 +76,17 @@ def make_loader(store: Store, cfg: TrainConfig, info: DistInfo, dtype: torch.dty
     (``even_shards=False``: no padding duplicates, ranks may differ by one batch). The recipe
     (augmentations, mixing, size schedule, --eval-size): recipe.py."""
     try:
-        return FeedLoader(store, batch_size=cfg.batch_size, shuffle=train, train=train,
-                          **loader_options(cfg, train, num_classes),
-                          engine=cfg.engine, decoder=cfg.decoder, num_threads=cfg.threads, device=str(info.device),
-                          dtype=dtype, channels_last=cfg.channels_last, drop_last=train, seed=cfg.seed,
-                          on_error=cfg.on_error, order=cfg.order if train else None,
-                          even_shards=train, rank=info.rank, world_size=info.world_size)
+        return FeedLoader(store, **loader_arguments(cfg, info, dtype, train, num_classes))
     except ValueError as exc:  # the loader's option checks
         raise TrainError(f"{store.filename}: {exc}") from None
+
+
+def loader_arguments(cfg: TrainConfig, info: DistInfo, dtype: torch.dtype, train: bool,
+                     num_classes: int | None = None) -> dict:
+    """FeedLoader's arguments for this rank, from the run's config: its specs and DataLoader's keywords."""
+    order = OrderSpec(cfg.order if train else None, rank=info.rank, world_size=info.world_size, even_shards=train)
+    train_only = {"train": True} if train else {}   # validation: train=False is in its AugmentSpec
+    return dict(batch_size=cfg.batch_size, shuffle=train, **train_only, engine=cfg.engine, decoder=cfg.decoder,
+                num_workers=cfg.threads, device=str(info.device), output=OutputSpec(dtype=dtype,
+                channels_last=cfg.channels_last), drop_last=train, seed=cfg.seed, on_error=cfg.on_error,
+                order=order, **loader_options(cfg, train, num_classes))

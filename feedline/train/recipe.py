@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 
+from ..augment import AugmentSpec
+from ..config import IMAGENET_MEAN, TransformSpec
 from ..size_schedule import ProgressiveSize
-from ..config import IMAGENET_MEAN
 from ..transforms import ColorJitter, Mixup, TimmRandAugment, TimmRandomErasing, TrivialAugmentWide
 from ..transforms.timm_augment import timm_fill
 from .recipe_options import RecipeOptions, parse_aa
@@ -48,8 +49,9 @@ def train_size(cfg: RecipeOptions):
 
 
 def loader_options(cfg: RecipeOptions, train: bool, num_classes: int | None) -> dict:
-    """FeedLoader's size, transforms and batch_transforms for the training or validation loader."""
+    """FeedLoader's size and transforms (a TransformSpec) for the training loader; its
+    AugmentSpec (size, center crop) for the validation loader."""
     if not train:
-        return {"size": cfg.eval_size or cfg.size, "crop_fraction": cfg.crop_pct}
-    return {"size": train_size(cfg), "transforms": sample_transforms(cfg),
-            "batch_transforms": batch_transforms(cfg, num_classes)}
+        return {"augment": AugmentSpec(size=cfg.eval_size or cfg.size, train=False, crop_fraction=cfg.crop_pct)}
+    return {"size": train_size(cfg),
+            "transforms": TransformSpec(sample_transforms(cfg), batch_transforms(cfg, num_classes))}

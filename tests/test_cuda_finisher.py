@@ -1,6 +1,6 @@
-"""The CUDA prefetcher (feedline/sources/prefetcher.py): its normalization (the device
-function of sources/normalization.py) equals the host's per-sample one (here), and on a GPU
-each of its three synchronizations is needed.
+"""The CUDA Finisher (feedline/sources/cuda_finisher.py): on a GPU each of its three
+synchronizations is needed (its normalization is checked against the host's in
+test_normalization.py).
 
 Each GPU test holds one stream back with a spin kernel (torch.cuda._sleep, tens of
 milliseconds) so that the hazard its synchronization guards against happens for sure
@@ -14,7 +14,7 @@ when the synchronization is missing, not by luck of timing:
 - ``copied``: the side stream is held back; a pinned slot handed back to the decode
   threads before its copy ran is refilled with a later batch, which the copy then sends.
 
-Each also runs against a prefetcher with that one synchronization taken out and checks
+Each also runs against a finisher with that one synchronization taken out and checks
 that the scenario does catch it: the test proves its own sensitivity on the GPU. Each
 scenario runs once untimed first, so that the caching allocator already holds the blocks
 it needs: a cudaMalloc between two commands may order the streams and hide the hazard.
@@ -22,6 +22,8 @@ Every batch differs from its neighbours at every image position (real photos, ro
 and is checked image by image against values computed on the CPU.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import cv2
 import numpy as np
@@ -31,87 +33,15 @@ import torch
 from feedline import FeedLoader
 from feedline.config import OutputSpec
 from feedline.decoders import get_decoder
-from feedline.sources.normalization import HostNormalizer, layout_of, normalize_batch
-from feedline.sources.prefetcher import CudaPrefetcher, Pending
+from feedline.plan import BatchPlan
+from feedline.sources.cuda_finisher import CudaFinisher
+from feedline.sources.finisher import Finished
+from feedline.sources.slot import Slot
 from cuda_helpers import hold
+from test_normalization import convert
 
 BATCH, SIZE = 256, 224          # one training batch: 38.5 MB of uint8, 154 MB as float32 on the GPU
 HOLD_MS = 60                    # how long a held-back stream lags: far above any copy or kernel here
-
-
-# -- on the host --------------------------------------------------------------------------
-def convert(images_nhwc: torch.Tensor, output: OutputSpec) -> torch.Tensor:
-    """What the prefetcher does to a uint8 NHWC batch it copied: the device function."""
-    return normalize_batch(images_nhwc.permute(0, 3, 1, 2), output)
-
-
-def host_rows(batch: np.ndarray, output: OutputSpec) -> torch.Tensor:
-    """What the decode threads write, sample by sample: the host function."""
-    normalize = HostNormalizer(output)
-    out = torch.empty((len(batch), 3, *batch.shape[1:3]), dtype=normalize.dtype, memory_format=layout_of(output))
-    for j in range(len(batch)):
-        normalize(batch[j], out[j])
-    return out
-
-
-def photo_batch(photo_folder, n=4, size=(20, 24)) -> np.ndarray:
-    """n real photos from the test folder, resized to ``size``: uint8 N x H x W x 3."""
-    paths = sorted(photo_folder.rglob("*.jpg"))[:n]
-    return np.stack([cv2.resize(cv2.imread(str(p))[:, :, ::-1], size[::-1], interpolation=cv2.INTER_AREA)
-                     for p in paths])
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("channels_last", [True, False])
-def test_host_per_sample_conversion_equals_the_gpu_batch_conversion(photo_folder, dtype, channels_last):
-    """normalize_batch is what the CUDA prefetcher runs on the device; run here on the host,
-    it must give what the decode threads' per-sample lookup table gives, and both must be
-    (x / 255 - mean) / std written out by hand."""
-    batch = photo_batch(photo_folder)
-    output = OutputSpec(dtype=dtype, channels_last=channels_last)
-    host = host_rows(batch, output)
-    device_style = convert(torch.from_numpy(batch), output)
-    for x in (host, device_style):
-        assert x.dtype == dtype and x.shape == (4, 3, 20, 24)
-        fmt = torch.channels_last if channels_last else torch.contiguous_format
-        assert x.is_contiguous(memory_format=fmt)
-    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
-    assert torch.allclose(host.float(), device_style.float(), atol=tolerance, rtol=0)
-    mean = torch.tensor(output.mean).view(1, 3, 1, 1)
-    std = torch.tensor(output.std).view(1, 3, 1, 1)
-    reference = (torch.from_numpy(batch).permute(0, 3, 1, 2).float() / 255 - mean) / std
-    assert torch.allclose(host.float(), reference, atol=tolerance, rtol=0)
-
-
-@pytest.mark.parametrize("channels_last", [True, False])
-def test_uint8_output_is_a_copy_in_nchw_order(photo_folder, channels_last):
-    batch = photo_batch(photo_folder)
-    output = OutputSpec(mean=None, std=None, dtype=torch.uint8, channels_last=channels_last)
-    host = host_rows(batch, output)
-    assert torch.equal(host, torch.from_numpy(batch).permute(0, 3, 1, 2))
-    device_style = convert(torch.from_numpy(batch), output)
-    assert torch.equal(device_style, host)
-    assert device_style.data_ptr() != torch.from_numpy(batch).data_ptr()
-    assert device_style.is_contiguous(memory_format=layout_of(output))
-
-
-@pytest.mark.parametrize("output", [OutputSpec(), OutputSpec(mean=None, std=None, dtype=torch.uint8),
-                                    OutputSpec(dtype=torch.bfloat16, channels_last=False)])
-def test_float_pixels_normalize_as_their_uint8_values(photo_folder, output):
-    """The GPU decoder hands normalize_batch float pixels on the 0..255 scale (resized, so
-    between levels): whole levels give exactly what the uint8 batch gives, and a value
-    between two levels rounds to the nearer (uint8 output) or lies between (float output)."""
-    pixels = torch.from_numpy(photo_batch(photo_folder)).permute(0, 3, 1, 2)
-    want = normalize_batch(pixels, output)
-    assert torch.equal(normalize_batch(pixels.float(), output), want)
-    shifted = normalize_batch(pixels.float().clamp(max=254) + 0.25, output)
-    if output.mean is None:
-        assert torch.equal(shifted, pixels.clamp(max=254))
-    else:
-        below = normalize_batch(pixels.clamp(max=254), output).float()
-        above = normalize_batch(pixels.clamp(max=254) + 1, output).float()
-        assert bool(((shifted.float() >= below - 1e-2) & (shifted.float() <= above + 1e-2)).all())
-        assert shifted.dtype == output.dtype
 
 
 # -- on a GPU -------------------------------------------------------------------------------
@@ -145,70 +75,77 @@ def mismatches(got: list[tuple[torch.Tensor, torch.Tensor]], batches, output: Ou
     return bad
 
 
-class NoWait(CudaPrefetcher):
-    """finish() without the consumer's wait on ``ready``."""
+class NoWait(CudaFinisher):
+    """hand_over() without the consumer's wait on ``ready``."""
 
-    def finish(self, pending: Pending):
+    def hand_over(self, finished: Finished):
         current = torch.cuda.current_stream(self.device)
-        pending.images.record_stream(current)
-        pending.labels.record_stream(current)
-        return pending.images, pending.labels
+        finished.images.record_stream(current)
+        finished.targets.record_stream(current)
+        return finished.images, finished.targets
 
 
-class NoRecordStream(CudaPrefetcher):
-    """finish() without record_stream on the consumer's stream."""
+class NoRecordStream(CudaFinisher):
+    """hand_over() without record_stream on the consumer's stream."""
 
-    def finish(self, pending: Pending):
-        torch.cuda.current_stream(self.device).wait_event(pending.ready)
-        return pending.images, pending.labels
+    def hand_over(self, finished: Finished):
+        torch.cuda.current_stream(self.device).wait_event(finished.ready)
+        return finished.images, finished.targets
 
 
-class ReleasesSlotsEarly(CudaPrefetcher):
-    """submit() whose ``copied`` event has already happened: the slot goes back to the
+class ReleasesSlotsEarly(CudaFinisher):
+    """finish() whose ``copied`` event has already happened: the Slot goes back to the
     decode threads without waiting for its host-to-device copy."""
 
-    def submit(self, images, labels, slot, plan=None):
-        pending = super().submit(images, labels, slot, plan)
+    def finish(self, slot):
+        finished = super().finish(slot)
         idle = torch.cuda.Stream(device=self.device)
-        pending.copied = torch.cuda.Event()
-        pending.copied.record(idle)  # nothing queued there: complete at once
-        return pending
+        copied = torch.cuda.Event()
+        copied.record(idle)  # nothing queued there: complete at once
+        return dataclasses.replace(finished, copied=copied)
 
 
-def read_while_side_stream_lags(prefetcher: CudaPrefetcher, batches) -> list:
+def slot_of(images: torch.Tensor, labels: torch.Tensor) -> Slot:
+    """A filled Slot holding a pinned uint8 N x H x W x 3 batch and its labels."""
+    n = len(labels)
+    plan = BatchPlan(0, 0, np.arange(n), np.zeros((n, 4), np.int64), np.zeros(n, bool), labels.numpy())
+    return Slot(0, images, labels, None, tuple(images.shape[1:3]), plan=plan)
+
+
+def read_while_side_stream_lags(finisher: CudaFinisher, batches) -> list:
     """The side stream is held back before each copy; the consumer reads each batch as
-    soon as finish() hands it over."""
+    soon as hand_over() hands it over."""
     got = []
     for images, labels in batches:
-        hold(HOLD_MS, prefetcher.stream)
-        out, out_labels = prefetcher.finish(prefetcher.submit(images, labels, 0))
+        hold(HOLD_MS, finisher.stream)
+        out, out_labels = finisher.hand_over(finisher.finish(slot_of(images, labels)))
         got.append((out.double().sum(dim=(1, 2, 3)), out_labels.sum()))
     return got
 
 
-def read_late_after_dropping(prefetcher: CudaPrefetcher, batches) -> list:
+def read_late_after_dropping(finisher: CudaFinisher, batches) -> list:
     """The consumer's stream is held back, its reads of batch k are queued behind that,
-    and batch k is dropped before the next one is submitted on the idle side stream."""
+    and batch k is dropped before the next one is finished on the idle side stream."""
     got = []
     for images, labels in batches:
-        out, out_labels = prefetcher.finish(prefetcher.submit(images, labels, 0))
+        out, out_labels = finisher.hand_over(finisher.finish(slot_of(images, labels)))
         hold(HOLD_MS)
         got.append((out.double().sum(dim=(1, 2, 3)), out_labels.sum()))
         del out, out_labels   # only the queued reads still need the memory
     return got
 
 
-def run_warm(scenario, prefetcher: CudaPrefetcher, batches) -> list:
-    """``scenario`` once to fill the allocator's cache for this prefetcher's stream, then for real."""
-    scenario(prefetcher, batches)
+def run_warm(scenario, finisher: CudaFinisher, batches) -> list:
+    """``scenario`` once to fill the allocator's cache for this finisher's stream, then for real."""
+    scenario(finisher, batches)
     torch.cuda.synchronize()
-    return scenario(prefetcher, batches)
+    return scenario(finisher, batches)
 
 
 @pytest.mark.cuda
 def test_consumer_waits_for_the_copy_and_normalization(large_batches):
     output = OutputSpec(device="cuda")
-    got = run_warm(read_while_side_stream_lags, CudaPrefetcher(output), large_batches)
+    got = run_warm(read_while_side_stream_lags, CudaFinisher(output), large_batches)
     assert mismatches(got, large_batches, output) == 0
 
 
@@ -223,7 +160,7 @@ def test_without_the_wait_the_consumer_reads_unwritten_memory(large_batches):
 @pytest.mark.cuda
 def test_a_dropped_batch_stays_intact_until_the_consumer_has_read_it(large_batches):
     output = OutputSpec(device="cuda")
-    got = run_warm(read_late_after_dropping, CudaPrefetcher(output), large_batches)
+    got = run_warm(read_late_after_dropping, CudaFinisher(output), large_batches)
     assert mismatches(got, large_batches, output) == 0
 
 
@@ -241,18 +178,18 @@ def cpu_decoder() -> str:
     return get_decoder("auto").name
 
 
-def loader_vs_cpu(packed_lmdb, prefetcher_cls=None) -> int:
+def loader_vs_cpu(packed_lmdb, finisher_cls=None) -> int:
     """Batches of epoch 1 through FeedLoader on CUDA with the side stream held back before
     every batch and the consumer's stream busy, against the same batches on the CPU: how
     many batches differ. Eight decode threads and a ring of three slots refill a released
     slot at once. Epoch 0 runs first, untimed, to fill the allocator's cache."""
-    kwargs = dict(batch_size=8, shuffle=True, size=64, num_threads=8, seed=11, prefetch=1, decoder=cpu_decoder())
+    kwargs = dict(batch_size=8, shuffle=True, size=64, num_workers=8, seed=11, prefetch=1, decoder=cpu_decoder())
     cpu_loader = FeedLoader(str(packed_lmdb), device="cpu", **kwargs)
     cpu_loader.set_epoch(1)
     cpu = [x for x, _ in cpu_loader]
     loader = FeedLoader(str(packed_lmdb), device="cuda", **kwargs)
-    if prefetcher_cls is not None:
-        loader.source.finisher = prefetcher_cls(loader.config.output)
+    if finisher_cls is not None:
+        loader.source.finisher = finisher_cls(loader.config.output)
     side = loader.source.finisher.stream
     warm = [x for x, _ in loader]     # epoch 0
     torch.cuda.synchronize()
@@ -286,7 +223,7 @@ def test_without_the_copied_event_a_refilled_slot_corrupts_its_batch(packed_lmdb
 
 @pytest.mark.cuda
 def test_gpu_batches_equal_cpu_batches(packed_lmdb):
-    kwargs = dict(batch_size=8, shuffle=True, size=64, num_threads=2, seed=4, decoder=cpu_decoder())
+    kwargs = dict(batch_size=8, shuffle=True, size=64, num_workers=2, seed=4, decoder=cpu_decoder())
     cpu = [(x, y) for x, y in FeedLoader(str(packed_lmdb), device="cpu", **kwargs)]
     gpu_loader = FeedLoader(str(packed_lmdb), device="cuda", **kwargs)
     gpu = [(x.cpu(), y.cpu()) for x, y in gpu_loader]
@@ -296,5 +233,5 @@ def test_gpu_batches_equal_cpu_batches(packed_lmdb):
         assert torch.allclose(x, gx, atol=1e-5)
     x, _ = next(iter(gpu_loader))
     assert x.is_cuda and x.is_contiguous(memory_format=torch.channels_last)
-    assert gpu_loader.source.ring.images.is_pinned()
+    assert gpu_loader.source.ring.slot(0).images.is_pinned()
     gpu_loader.close()

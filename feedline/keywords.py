@@ -1,0 +1,117 @@
+"""How FeedLoader's keywords become a LoaderConfig's specs: each option group given one way
+(the spec, or its loose keywords), DataLoader's keywords mapped, and the keywords that moved
+into a spec refused with a TypeError that says where they went (kept for one release)."""
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+import warnings
+
+import torch
+
+from .augment import AugmentSpec
+from .choices import Order
+from .config import UNSET, OrderSpec, OutputSpec, TransformSpec, resolve_device, usable_cores
+
+# keyword -> where it is given now
+MOVED = {
+    "scale": "augment=AugmentSpec(scale=...)",
+    "ratio": "augment=AugmentSpec(ratio=...)",
+    "crop_fraction": "augment=AugmentSpec(crop_fraction=...)",
+    "flip": "augment=AugmentSpec(flip=...)",
+    "min_box_visibility": "augment=AugmentSpec(min_box_visibility=...)",
+    "channels_last": "output=OutputSpec(channels_last=...)",
+    "batch_transforms": "transforms=TransformSpec(transforms=[...], batch_transforms=...)",
+    "quasi_random": "order=OrderSpec('quasi-random', quasi_random=...)",
+    "even_shards": "order=OrderSpec(..., even_shards=...)",
+    "rank": "order=OrderSpec(..., rank=..., world_size=...)",
+    "world_size": "order=OrderSpec(..., rank=..., world_size=...)",
+    "num_threads": "num_workers=... (the decode threads, or 'auto')",
+}
+
+
+def refuses_moved_keywords(init):
+    """``init`` (FeedLoader.__init__), refusing a moved keyword with a TypeError naming its spec."""
+    @functools.wraps(init)
+    def checked(self, *args, **kwargs):
+        moved = [k for k in kwargs if k in MOVED]
+        if moved:
+            where = "; ".join(f"{k}= is now {MOVED[k]}" for k in moved)
+            raise TypeError(f"FeedLoader() no longer takes {', '.join(k + '=' for k in moved)}: {where}. "
+                            "The specs: from feedline import AugmentSpec, OutputSpec, TransformSpec, OrderSpec")
+        return init(self, *args, **kwargs)
+    return checked
+
+
+def choose_order(shuffle: bool | None, order) -> Order:
+    """DataLoader's ``shuffle`` (random or sequential), unless ``order`` is given: then
+    ``order`` decides, and ``shuffle``, if given too, must agree with it (True for random
+    and quasi-random, False for sequential)."""
+    if order is None:
+        return Order.RANDOM if shuffle else Order.SEQUENTIAL
+    order = Order.parse(order, "order")
+    shuffles = order is not Order.SEQUENTIAL
+    if shuffle is not None and bool(shuffle) != shuffles:
+        raise ValueError(f"shuffle={shuffle!r} and order={order.value!r} disagree: order= decides the order "
+                         f"(and {order.value!r} {'shuffles' if shuffles else 'does not shuffle'}); leave "
+                         f"shuffle unset or pass shuffle={shuffles}")
+    return order
+_warned_workers: set[tuple[int, int]] = set()  # (asked, usable): each said once per process
+
+
+def choose_threads(num_workers) -> int:
+    """Decode threads: DataLoader's ``num_workers`` (0, DataLoader's "in this process", is one
+    thread) up to one per usable core (more only add switching), or one per usable core for "auto"."""
+    if num_workers == "auto" or num_workers is None:
+        return usable_cores()
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int):
+        raise ValueError(f"num_workers must be an int (the decode threads) or 'auto', got {num_workers!r}")
+    asked, usable = max(1, num_workers), usable_cores()
+    if asked > usable and (asked, usable) not in _warned_workers:
+        _warned_workers.add((asked, usable))
+        warnings.warn(f"num_workers={asked} but this process may use {usable} cores (os.sched_getaffinity): "
+                      f"using {usable} decode threads", stacklevel=3)
+    return min(asked, usable)
+
+
+def choose_pinning(pin_memory) -> bool:
+    """DataLoader's ``pin_memory``: page-locked buffers need an accelerator; without one,
+    DataLoader warns and leaves memory pageable, and so does FeedLoader."""
+    if not pin_memory:
+        return False
+    if not torch.cuda.is_available():
+        warnings.warn("pin_memory=True but no CUDA device is available: batches stay in pageable "
+                      "memory", stacklevel=3)
+        return False
+    return True
+def augment_spec(augment: AugmentSpec | None, **loose) -> AugmentSpec:
+    """``augment=AugmentSpec(...)``, or one built from the loose keywords (size, train): one
+    way or the other, not both. With a size schedule the caller passes epoch 0's size
+    (LoaderConfig.spec_at gives the others)."""
+    return _one_way("augment", AugmentSpec, augment, {k: v for k, v in loose.items() if v is not UNSET})
+def transform_spec(transforms) -> TransformSpec:
+    """``transforms=TransformSpec(...)``, or one from a list of per-sample transforms."""
+    return transforms if isinstance(transforms, TransformSpec) else TransformSpec(transforms)
+def order_spec(order) -> OrderSpec:
+    """``order=OrderSpec(...)``, or one from an order's name (or None: ``shuffle`` decides)."""
+    return order if isinstance(order, OrderSpec) else OrderSpec(order)
+def output_spec(output: OutputSpec | None, device=None, **loose) -> OutputSpec:
+    """``output=OutputSpec(...)``, or one built from the loose keywords (mean, std, dtype),
+    with ``device`` (given here or in the spec, not two different ones)."""
+    spec = _one_way("output", OutputSpec, output, {k: v for k, v in loose.items() if v is not UNSET})
+    if device is not None:
+        device = str(torch.device(device))
+        if spec.device is not None and spec.device != device:
+            raise ValueError(f"device={device!r} and output=OutputSpec(device={spec.device!r}) disagree; "
+                             "give the device once")
+        spec = replace(spec, device=device)
+    return replace(spec, device=resolve_device(spec.device))
+def _one_way(option: str, kind: type, given, named: dict):
+    if given is None:
+        return kind(**named)
+    if not isinstance(given, kind):
+        raise TypeError(f"{option}= takes a {kind.__name__}, got {type(given).__name__}")
+    if named:
+        raise ValueError(f"{option}={kind.__name__}(...) and the keywords {', '.join(sorted(named))} are both "
+                         f"given: pass the {option} options one way, inside {kind.__name__} or as keywords")
+    return given

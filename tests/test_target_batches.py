@@ -1,0 +1,64 @@
+"""sources/target_batches.py: a batch's targets beyond the label, made into a Slot by the
+planner and a substitute, handed over as a tensor or a dict."""
+from __future__ import annotations
+
+
+
+
+import torch
+
+from feedline import FeedLoader
+
+from feedline.transforms import (ColorJitter, GaussianBlur, Mixup, RandAugment, RandomErasing, RandomGrayscale, TransformSpec,
+                                 TrivialAugmentWide)
+
+SIZE = 48
+
+def every_builtin():
+    return [RandAugment(2, 9), TrivialAugmentWide(), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(0.2),
+            GaussianBlur(5, (0.1, 2.0)), RandomErasing(0.5)]
+
+def loader(path, threads=2, transforms=None, batch_transforms=None, **kw):
+    """A loader with every built-in and Mixup unless told otherwise (``transforms`` may be a
+    TransformSpec, which then carries the batch transforms)."""
+    if not isinstance(transforms, TransformSpec):
+        transforms = TransformSpec(every_builtin() if transforms is None else transforms,
+                                   [Mixup(1.0, 1.0)] if batch_transforms is None else batch_transforms)
+    options = dict(batch_size=8, shuffle=True, size=SIZE, num_workers=threads, device="cpu", seed=5,
+                   decoder="turbojpeg", transforms=transforms)
+    options.update(kw)
+    return FeedLoader(str(path), **options)
+
+
+def test_the_tensors_recorded_on_the_consumers_stream_are_those_a_batch_hook_returned():
+    """A batch hook may return targets that are not a tensor or a dict (None, a list), or host
+    tensors: the CUDA engines record on the consumer's stream the device tensors among them,
+    and nothing else (record_stream does not exist for host tensors). The meta device stands
+    in for CUDA."""
+    from feedline.sources.target_batches import each_tensor
+    a, b, host = torch.zeros(2, device="meta"), torch.ones(2, 3, device="meta"), torch.zeros(2)
+    assert each_tensor(a) == [a] and each_tensor(None) == [] and each_tensor(host) == []
+    got = each_tensor({"label": a, "boxes": b, "note": "x", "ids": host})
+    assert len(got) == 2 and got[0] is a and got[1] is b
+    got = each_tensor([a, None, host, b])
+    assert len(got) == 2 and got[0] is a and got[1] is b
+
+
+def test_a_label_only_store_gets_its_labels_and_no_targets(packed_lmdb):
+    """A store whose only field is `label` has no TargetSpec: the planner writes nothing and
+    the consumer gets the Slot's int64 labels, as always."""
+    import numpy as np
+    import torch
+    from feedline import open_dataset
+    from feedline.config import LoaderConfig, OutputSpec
+    from feedline.plan import BatchPlan
+    from feedline.sources.slot import Slot
+    from feedline.sources.target_batches import batch_targets, plan_targets, substitute_targets, target_spec
+    store = open_dataset(str(packed_lmdb))
+    assert target_spec(store, LoaderConfig(batch_size=4, output=OutputSpec(device="cpu"))) is None
+    slot = Slot(0, torch.zeros((4, 2, 2, 3), dtype=torch.uint8), torch.zeros(4, dtype=torch.int64), None, (2, 2),
+                plan=BatchPlan(0, 0, np.arange(3), np.zeros((3, 4), np.int64), np.zeros(3, bool), np.arange(3)))
+    plan_targets(None, slot)
+    substitute_targets(None, slot, 0, 5, np.zeros(4), False)
+    got = batch_targets(None, slot, 3)
+    assert got.shape == (3,) and got.data_ptr() == slot.labels.data_ptr()
