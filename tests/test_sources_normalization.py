@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import feedline
-from feedline import FeedLoader
+from feedline import FeedLoader, TransformSpec
 from feedline.config import IMAGENET_MEAN, IMAGENET_STD
 
 KW = dict(batch_size=8, train=False, size=32, device="cpu", decoder="opencv", num_workers=1)
@@ -41,7 +41,7 @@ def test_kornia_batch_transforms_on_0_to_1_pixels_then_normalize(packed_lmdb):
     assert normalized.min() < 0 and jitter(normalized).min() >= 0
     steps = [lambda x, y: (x.float() / 255, y), lambda x, y: (jitter(x), y),
              lambda x, y: (feedline.normalize(x), y)]
-    jittered = first_batch(packed_lmdb, mean=None, batch_transforms=steps)
+    jittered = first_batch(packed_lmdb, mean=None, transforms=TransformSpec(batch_transforms=steps))
     assert jittered.shape == normalized.shape and jittered.dtype == torch.float32
     per_channel = jittered.transpose(0, 1).reshape(3, -1)
     assert (per_channel.min(1).values >= LOW - 1e-4).all() and (per_channel.max(1).values <= HIGH + 1e-4).all()
