@@ -5,11 +5,14 @@ DEMO ?= demo
 
 .PHONY: demo test setup setup-test mutants gpu-wheels gpu-check gpu-dry-run clean
 
+# torch: the one already installed (in $(VENV), or the system Python's for a new one), else
+# TORCH (pip arguments), e.g. make demo TORCH='torch --index-url https://download.pytorch.org/whl/cpu';
+# setup prints what it is about to download and shows pip's progress.
 setup:
-	bash .ci/setup.sh bench
+	TORCH="$(TORCH)" bash .ci/setup.sh bench
 
 setup-test:
-	bash .ci/setup.sh dali,test,turbojpeg
+	TORCH="$(TORCH)" bash .ci/setup.sh dali,test,turbojpeg
 
 # Build realistic sample folders from the shipped photos, pack them, show and check
 # them, then train on them for a moment on the CPU through FeedLoader.

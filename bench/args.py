@@ -28,7 +28,7 @@ def shared_arguments(p: argparse.ArgumentParser, name: str) -> None:
                                                  f"(default bench/results/local/{name}.json)")
     p.add_argument("--save", action="store_true", default=None, help=SAVE_HELP.replace("NAME", name))
     p.add_argument("--cache-dir", metavar="DIR", help="where generated and packed data sets are kept "
-                                                      "(default ~/.cache/feedline)")
+                                                      "(default .cache/ in the repository)")
     p.add_argument("--only", metavar="NAMES", type=names, help="comma-separated row names to run")
     p.add_argument("--no-chart", dest="chart", action="store_false", default=None, help="skip the PNG")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")

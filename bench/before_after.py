@@ -48,7 +48,7 @@ if not os.path.exists(store):
     pack(folder, store + ".tmp.lmdb")
     os.replace(store + ".tmp.lmdb", store)
 std = None if mean is None else (0.229, 0.224, 0.225)
-loader = FeedLoader(store, batch_size=64, shuffle=True, size=224, device="cpu", drop_last=True, mean=mean, std=std)
+loader = FeedLoader(store, batch_size=64, shuffle=True, train=True, size=224, device="cpu", drop_last=True, mean=mean, std=std)
 
 def endless():
     while True:

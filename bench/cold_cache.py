@@ -119,7 +119,7 @@ def epoch(path: str, setting: Setting, cold: bool, size: int) -> dict:
     read0 = read_bytes()
     store = open_dataset(path)
     decoder = NullDecoder() if setting.reading_only else "auto"
-    loader = FeedLoader(store, batch_size=BATCH, shuffle=True, order=setting.order, size=size, num_workers=THREADS,
+    loader = FeedLoader(store, batch_size=BATCH, shuffle=True, train=True, order=setting.order, size=size, num_workers=THREADS,
                         seed=1, decoder=decoder)
     c = loader.config
     plan = EpochPlan(c.augment, c.seed, 0, Order.parse(setting.order, "order"), BATCH, False,
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, help="interleaved rounds (default 2)")
     p.add_argument("--size", type=int, help="crop size of the decode rows (default 224; read rows: 16)")
     p.add_argument("--quick", action="store_true", help=f"a tiny run for tests: {QUICK}")
-    p.add_argument("--cache-dir", help="where the data is kept (default ~/.cache/feedline)")
+    p.add_argument("--cache-dir", help="where the data is kept (default .cache/ in the repository)")
     output_arguments(p, "cold_cache")
     args = p.parse_args(argv)
     check_output_flags(p, args)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CACHE = Path("~/.cache/feedline")
+# Inside the repository (ignored by git): a benchmark writes nothing outside it or a temp folder.
+DEFAULT_CACHE = Path(__file__).resolve().parent.parent / ".cache"
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ def feedline_plan(images: Sequence[bytes], size: int = 224):
     """The boxes and flips feedline's loader would draw for these images in epoch 0, seed 0."""
     from feedline.augment import AugmentSpec, plan
     sizes = np.array([image_size(d) for d in images]).reshape(-1, 2)
-    return plan(AugmentSpec(size=size), 0, 0, np.arange(len(images)), sizes[:, 0], sizes[:, 1])
+    return plan(AugmentSpec(size=size, train=True), 0, 0, np.arange(len(images)), sizes[:, 0], sizes[:, 1])
 
 
 def _feedline_open(name: str, size: int = 224, **options) -> Callable[[int], Runner]:

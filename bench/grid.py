@@ -40,7 +40,7 @@ def pack_cli(folder: str, out: Path, layout: str) -> float:
 
 def loader_for(path: Path):
     from feedline import FeedLoader
-    return FeedLoader(str(path), batch_size=64, shuffle=True, size=224, device="cpu", drop_last=True,
+    return FeedLoader(str(path), batch_size=64, shuffle=True, train=True, size=224, device="cpu", drop_last=True,
                       decoder="auto")   # on the grid store a GridDecoder, by itself
 
 

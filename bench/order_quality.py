@@ -85,7 +85,7 @@ def shuffled_pack(cache_dir, train_folder: Path) -> str:
 def trainer_run(train: str, val: str, order: str, seed: int, epochs: int, out: Path) -> dict:
     cmd = [sys.executable, "-m", "feedline", "train", train, "--val", val, "--arch", "tiny", "--size", str(SIZE),
            "--epochs", str(epochs), "--batch-size", str(BATCH), "--synthetic-steps", "0", "--order", order,
-           "--seed", str(seed), "--out", str(out), "--log-every", "1000", "--no-progress"]
+           "--seed", str(seed), "--out", str(out), "--overwrite", "--log-every", "1000", "--no-progress"]
     subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True)
     with open(out / "metrics.jsonl", encoding="utf-8") as fh:
         final = [json.loads(line) for line in fh if '"summary"' in line][-1]["final"]
@@ -110,7 +110,7 @@ def loop_run(train: str, val: str, block: int | None, window: int | None, seed: 
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 0.5 * (1 + math.cos(math.pi * k / steps)))
     order = Order.RANDOM if block is None else Order.QUASI_RANDOM
     per_batch = []
-    with FeedLoader(train, batch_size=BATCH, shuffle=True, size=SIZE, seed=seed, num_workers=2, drop_last=True) as loader:
+    with FeedLoader(train, batch_size=BATCH, shuffle=True, train=True, size=SIZE, seed=seed, num_workers=2, drop_last=True) as loader:
         c = loader.config
         for epoch in range(epochs):
             plan = EpochPlan(c.augment, seed, epoch, order, BATCH, True, block=block or 16, window=window or 256)
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, help="epochs per run (default 2, as the demo)")
     p.add_argument("--windows", default="2,8,16", help="small windows, in 16-record blocks (default 2,8,16)")
     p.add_argument("--quick", action="store_true", help=f"a tiny run for tests: {QUICK}")
-    p.add_argument("--cache-dir", help="where the demo data is kept (default ~/.cache/feedline)")
+    p.add_argument("--cache-dir", help="where the demo data is kept (default .cache/ in the repository)")
     output_arguments(p, "order_quality")
     args = p.parse_args(argv)
     check_output_flags(p, args)

@@ -9,9 +9,17 @@ round (round 0 is a warm-up and not counted), it times:
 - `tar -cf` of the folder, and `tar -cf` + fsync of the archive (pack ends with an
   fsync: a finished data set must be durable before it is renamed into place);
 - `feedline pack SRC OUT` run as a user runs it, a new process from start to exit
-  (Python's start-up and imports included): "CLI, end to end";
+  (Python's start-up and imports included): "CLI, end to end". With Python's default
+  bytecode cache, kept in a temporary folder (PYTHONPYCACHEPREFIX) and filled by the
+  warm-up round: a shell with PYTHONDONTWRITEBYTECODE set (as some development machines
+  have) would compile feedline's modules anew in every run, which an installed feedline
+  (compiled by pip at install time) never does;
 - `converters.pack(...)` called in this process (start-up not counted): "in-process";
 - `feedline pack --help`: the start-up alone, for reference.
+
+After the rounds, one more `feedline pack SRC OUT.lmdb` runs under cProfile, and the
+functions that cost the most time of their own go into the JSON ("profile"): what a
+pack's time is spent on.
 
 Each row shows the median seconds and "x tar", the quotient of its median over tar's
 printed median. Target: the CLI end to end within 1.5x of tar. Each output is opened
@@ -42,6 +50,7 @@ from bench.machine import machine_info, machine_line  # noqa: E402
 TARGET = 1.5
 TAR, TAR_FSYNC = "tar -cf", "tar -cf + fsync"
 QUICK = {"n": 24, "repeats": 1}
+TOP = 12   # functions of the profile kept in the JSON
 
 
 class Method:
@@ -59,9 +68,10 @@ def feedline_command() -> list[str]:
     return [sys.executable, "-m", "feedline"]
 
 
-def methods(src: str, work: str, jobs: int | None) -> list[Method]:
+def methods(src: str, work: str, jobs: int | None, pycache: str) -> list[Method]:
     from converters import pack
     cli = feedline_command()
+    env = cli_env(pycache)
     jobs_flag = ["--jobs", str(jobs)] if jobs else []
 
     def tar(fsync: bool) -> Callable[[], None]:
@@ -76,7 +86,7 @@ def methods(src: str, work: str, jobs: int | None) -> list[Method]:
         return run
 
     def command(args: list[str]) -> Callable[[], None]:
-        return lambda: subprocess.run(cli + args, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+        return lambda: subprocess.run(cli + args, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL)
 
     def in_process(out: str) -> Callable[[], None]:
@@ -93,6 +103,32 @@ def methods(src: str, work: str, jobs: int | None) -> list[Method]:
         Method("pack hdf5 (in-process)", "in-process", in_process("out.h5"), "out.h5"),
         Method("feedline pack --help (start-up only)", "reference", command(["pack", "--help"]), None),
     ]
+
+
+def cli_env(pycache: str) -> dict:
+    """The CLI's environment: Python's default bytecode cache, kept in ``pycache``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = pycache
+    return env
+
+
+def profile_pack(src: str, work: str, jobs: int | None, pycache: str) -> dict:
+    """One `feedline pack SRC OUT.lmdb` under cProfile (wall-clock timer): its seconds and the
+    TOP functions by time of their own, with their calls and cumulative time."""
+    import pstats
+    _clean(work)
+    stats_path = os.path.join(pycache, "pack.prof")
+    cmd = [sys.executable, "-m", "cProfile", "-o", stats_path, "-m", "feedline", "pack", src,
+           os.path.join(work, "out.lmdb"), *(["--jobs", str(jobs)] if jobs else [])]
+    subprocess.run(cmd, check=True, cwd=ROOT, env=cli_env(pycache), stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    stats = pstats.Stats(stats_path)
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:TOP]
+    top = [{"function": pstats.func_std_string(func).replace(str(ROOT) + os.sep, ""), "calls": calls,
+            "self_s": self_s, "cumulative_s": cumulative}
+           for func, (_, calls, self_s, cumulative, _) in rows]
+    _clean(work)
+    return {"total_s": stats.total_tt, "top_by_self_time": top}
 
 
 def count_items(path: str) -> int:
@@ -165,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, help="timed rounds, interleaved (default 5)")
     p.add_argument("--jobs", type=int, help="pack threads (default: pack's own, one per core)")
     p.add_argument("--quick", action="store_true", help=f"a tiny run for tests: {QUICK}")
-    p.add_argument("--cache-dir", help="where the generated images are kept (default ~/.cache/feedline)")
+    p.add_argument("--cache-dir", help="where the generated images are kept (default .cache/ in the repository)")
     output_arguments(p, "pack")
     args = p.parse_args(argv)
     check_output_flags(p, args)
@@ -179,11 +215,14 @@ def main(argv: list[str] | None = None) -> int:
     say(machine_line(machine))
     say(f"{files} JPEGs, {source_bytes / 2**20:.1f} MiB in {src}; CLI: {' '.join(feedline_command())}")
     work = tempfile.mkdtemp(prefix="pack-bench-", dir=cache_root(args.cache_dir))
+    pycache = tempfile.mkdtemp(prefix="pack-bench-pycache-")
     try:
-        chosen = methods(src, work, args.jobs)
+        chosen = methods(src, work, args.jobs, pycache)
         seconds, outputs = measure(chosen, work, repeats)
+        profile = profile_pack(src, work, args.jobs, pycache)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(pycache, ignore_errors=True)
 
     rows = rows_of(chosen, seconds, outputs, files, source_bytes)
     targets = [target(f"{r['method']} / tar -cf", r["x_tar"], TARGET, at_least=False)
@@ -199,7 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     say(targets_table(targets, args.quick))
     path = write_results("pack", rows, {"n": n, "files": files, "repeats": repeats, "jobs": args.jobs,
                                         "source_bytes": source_bytes, "cli": feedline_command(),
-                                        "target_vs_tar": TARGET}, out=args.out, quick=args.quick, save=args.save, machine=machine, targets=targets)
+                                        "target_vs_tar": TARGET}, out=args.out, quick=args.quick, save=args.save, machine=machine, targets=targets,
+                         profile=profile)
+    say(f"profile of one CLI pack ({profile['total_s']:.2f} s under cProfile), by time of its own:")
+    for row in profile["top_by_self_time"][:6]:
+        say(f"  {row['self_s']:6.3f} s  {row['calls']:6d} calls  {row['function']}")
     say(f"wrote {path}")
     return 0
 

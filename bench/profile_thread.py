@@ -141,7 +141,7 @@ def consumer(path: str, dtype, batches: int, grid: bool) -> dict:
     import torch
 
     from feedline import FeedLoader
-    loader = FeedLoader(path, batch_size=BATCH, shuffle=True, size=SIZE[0], device="cpu", dtype=dtype,
+    loader = FeedLoader(path, batch_size=BATCH, shuffle=True, train=True, size=SIZE[0], device="cpu", dtype=dtype,
                         drop_last=True, **({"mean": None, "std": None} if dtype == torch.uint8 else {}))
     for _ in range(2):   # two whole epochs unprofiled; the second's accounting (the first touches the ring)
         for _ in loader:

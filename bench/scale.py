@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--formats", default="lmdb,hdf5", help="lmdb, hdf5 or both (default both)")
     p.add_argument("--batches", type=int, help="batches timed after the first (default 100)")
     p.add_argument("--quick", action="store_true", help=f"a tiny run for tests: {QUICK}")
-    p.add_argument("--cache-dir", help="where the stores are kept (default ~/.cache/feedline)")
+    p.add_argument("--cache-dir", help="where the stores are kept (default .cache/ in the repository)")
     output_arguments(p, "scale")
     args = p.parse_args(argv)
     check_output_flags(p, args)

@@ -61,7 +61,7 @@ def loader_run(store, order: str, args) -> dict:
     """First batch of epoch 0, then the steady time per batch, the cost of state_dict, and
     the first batch of a loader resumed mid-epoch from that state."""
     from feedline import FeedLoader
-    options = dict(batch_size=args.batch_size, shuffle=True, order=order, size=args.size,
+    options = dict(batch_size=args.batch_size, shuffle=True, train=True, order=order, size=args.size,
                    num_workers=args.threads, seed=0)
     with FeedLoader(store, **options) as loader:
         t0 = time.perf_counter()

@@ -71,7 +71,7 @@ def main(argv=None) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         plain_path, boxes_path = packed_pair(Path(tmp), args.images, classes=10)
-        spec = AugmentSpec(size=(224, 224))
+        spec = AugmentSpec(size=(224, 224), train=True)
         decoder = get_decoder("auto")
         rows = []
         with feedline.open_dataset(str(plain_path)) as plain, feedline.open_dataset(str(boxes_path)) as boxed:

@@ -16,7 +16,7 @@ import threading
 
 from .jpeg_header import PASS_THROUGH_SOF, SOI, JpegError, parse_jpeg
 from .options import PackOptions
-from .records import Conversion, Record, too_large
+from .records import Conversion, Record, dct_draft, too_large
 from .report import Skip, SkipReason
 from .turbo_header import TurboHeader
 
@@ -76,12 +76,19 @@ def _check_jpeg(data: bytes, rel: str, options: PackOptions) -> Record | Skip | 
         info = parse_jpeg(data)
     except JpegError as exc:
         return Skip(rel, exc.reason, exc.detail)
-    if info.height * info.width > options.max_pixels:
+    draft = None
+    if options.max_side is not None and max(info.height, info.width) > options.max_side:
+        draft, decoded = dct_draft(info.height, info.width, options.max_side)
+        if decoded > options.max_pixels:
+            return too_large(rel, info.width, info.height, options, decoded)
+        if info.height * info.width > options.max_pixels:   # huge, but its scaled decode is not
+            return Conversion(rel, data, f"longer side {max(info.height, info.width)} > max_side", draft=draft)
+    elif info.height * info.width > options.max_pixels:
         return too_large(rel, info.width, info.height, options)
     why = info.conversion_reason()
     if why is not None:
         exotic = info.sof not in PASS_THROUGH_SOF or info.arithmetic or info.precision != 8
-        return Conversion(rel, data, why, bits=info.precision, exotic=exotic)
+        return Conversion(rel, data, why, bits=info.precision, exotic=exotic, draft=draft)
     try:
         width, height, subsampling, colorspace = _turbo_header(data)
     except OSError as exc:
@@ -92,8 +99,8 @@ def _check_jpeg(data: bytes, rel: str, options: PackOptions) -> Record | Skip | 
         return Conversion(rel, data, f"JPEG colour space {colorspace} (not YCbCr or gray)")
     if subsampling not in _TJ_KNOWN_SUBSAMPLING:
         return Conversion(rel, data, "unusual chroma subsampling")
-    if options.max_side is not None and max(height, width) > options.max_side:
-        return Conversion(rel, data, f"longer side {max(height, width)} > max_side")
+    if draft is not None:
+        return Conversion(rel, data, f"longer side {max(height, width)} > max_side", draft=draft)
     return Record(data, height, width, None, len(data))
 
 

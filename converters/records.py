@@ -8,6 +8,7 @@ file, and a tuple is made (and its class defined) several times faster.
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from feedline.errors import PackError
@@ -34,11 +35,31 @@ class Conversion(NamedTuple):
     why: str
     bits: int | None = None     # sample precision of a JPEG
     exotic: bool = False        # a JPEG process decoders may lack (12-bit, lossless, arithmetic)
+    draft: tuple[int, int] | None = None   # a JPEG shrunk to max_side: (width, height) to decode at least,
+                                           # DCT-scaled by libjpeg (1/2, 1/4, 1/8), never the full size
 
 
-def too_large(rel: str, width: int, height: int, options: PackOptions) -> Skip:
+def too_large(rel: str, width: int, height: int, options: PackOptions, decoded: int | None = None) -> Skip:
+    """The skip of an image whose decode would exceed --max-pixels; ``decoded``: the pixels of
+    a JPEG's DCT-scaled decode toward --max-side, when that too is over."""
+    if decoded is not None:
+        return Skip(rel, SkipReason.TOO_LARGE,
+                    f"{width}x{height}: even decoded at 1/8 scale toward --max-side {options.max_side} it has "
+                    f"{decoded} pixels > --max-pixels {options.max_pixels}; raise --max-pixels")
+    hint = ("; pass --max-side N to shrink it (a JPEG is decoded DCT-scaled, never at full size) or "
+            "raise --max-pixels") if options.max_side is None else "; raise --max-pixels"
     return Skip(rel, SkipReason.TOO_LARGE,
-                f"{width}x{height} = {width * height} pixels > max_pixels {options.max_pixels}")
+                f"{width}x{height} = {width * height} pixels > --max-pixels {options.max_pixels}{hint}")
+
+
+def dct_draft(height: int, width: int, max_side: int) -> tuple[tuple[int, int], int]:
+    """For a JPEG shrunk so its longer side is ``max_side``: the (width, height) to ask the
+    decoder for (each side at least what the resize needs), and the pixels libjpeg's DCT
+    scaling (1/1, 1/2, 1/4, 1/8, the strongest that keeps that size) then decodes."""
+    scale = max_side / max(height, width)
+    want = (max(1, math.ceil(width * scale)), max(1, math.ceil(height * scale)))
+    d = max(d for d in (1, 2, 4, 8) if -(-width // d) >= want[0] and -(-height // d) >= want[1])
+    return want, -(-width // d) * -(-height // d)
 
 
 class TargetRefused(PackError):

@@ -8,6 +8,7 @@ module when the first file needs converting. Thread-safe: no shared mutable stat
 from __future__ import annotations
 
 import io
+import threading
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -20,13 +21,14 @@ from .report import Skip, SkipReason
 
 # Signatures of the formats Pillow reads for us: a file with one of these that
 # Pillow cannot open is damaged, not "not an image".
+_PILLOW_LIMIT = threading.Lock()
 _SIGNATURES = (b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"II*\x00", b"MM\x00*")
 
 
 def reencode(job: Conversion, options: PackOptions) -> Record | Skip:
     """Decode with Pillow (OpenCV for what Pillow lacks) and re-encode as baseline JPEG."""
     data, rel = job.data, job.rel
-    decoded = _decode_pil(data, rel, options)
+    decoded = _decode_pil(data, rel, options, job.draft)
     if isinstance(decoded, Skip) and data[:2] == SOI and decoded.reason is not SkipReason.TOO_LARGE:
         fallback = _decode_cv2(data, job.bits)
         if fallback is not None:
@@ -44,18 +46,33 @@ def reencode(job: Conversion, options: PackOptions) -> Record | Skip:
     return Record(encoded, int(pixels.shape[0]), int(pixels.shape[1]), job.why, len(data))
 
 
-def _decode_pil(data: bytes, rel: str, options: PackOptions) -> np.ndarray | Skip:
+def _open_unlimited(data: bytes) -> Image.Image:
+    """Image.open (the header only) without Pillow's decompression-bomb limit: --max-pixels
+    decides instead, checked by the caller on the size read here, before any pixel is
+    decoded (a JPEG shrunk to --max-side is decoded DCT-scaled: its full size is never
+    held). Pillow's limit is process-wide: lifted only for this call, under a lock, and put
+    back, so other readers in the process (a folder store) keep it."""
+    with _PILLOW_LIMIT:
+        saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+        try:
+            return Image.open(io.BytesIO(data))
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
+
+
+def _decode_pil(data: bytes, rel: str, options: PackOptions,
+                draft: tuple[int, int] | None = None) -> np.ndarray | Skip:
     try:
-        im = Image.open(io.BytesIO(data))
+        im = _open_unlimited(data)
     except UnidentifiedImageError:
         if data.startswith(_SIGNATURES) or data[:2] == SOI or _is_webp(data):
             return Skip(rel, SkipReason.CORRUPT, "a damaged image header (Pillow cannot identify it)")
         return Skip(rel, SkipReason.NOT_AN_IMAGE, "not a recognised image format")
-    except Image.DecompressionBombError as exc:
-        return Skip(rel, SkipReason.TOO_LARGE, f"over Pillow's own pixel limit ({exc})")
     except Exception as exc:  # noqa: BLE001 - any failure of a decoder on untrusted bytes is a bad file
         return Skip(rel, SkipReason.CORRUPT, f"{type(exc).__name__}: {exc}")
     with im:
+        if draft is not None and im.format == "JPEG":
+            im.draft(im.mode, draft)   # libjpeg's DCT scaling: at least ``draft``, at most 1/8 smaller
         width, height = im.size
         if width * height > options.max_pixels:
             return too_large(rel, width, height, options)

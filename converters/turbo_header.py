@@ -9,11 +9,27 @@ the same answer comes from nvImageCodec's header parser and the JPEG's markers
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import threading
 import weakref
 
 _TJERR_WARNING = 0
+
+
+def _load_library() -> ctypes.CDLL | None:
+    """libturbojpeg by its usual name first, else by ctypes' search (which runs `ldconfig -p`:
+    milliseconds that every pack's start-up would pay); None when missing. PyDLL keeps the
+    GIL through the call: reading a header takes a microsecond or two, less than handing the
+    GIL to another thread and taking it back."""
+    try:
+        return ctypes.PyDLL("libturbojpeg.so.0")
+    except OSError:
+        pass
+    from ctypes.util import find_library
+    path = find_library("turbojpeg")
+    try:
+        return ctypes.PyDLL(path) if path else None
+    except OSError:
+        return None
 
 
 class _Handle:
@@ -36,13 +52,7 @@ class TurboHeader:
         self._local = threading.local()
         self._lib = None
         self._fallback = None
-        path = ctypes.util.find_library("turbojpeg")
-        try:
-            # PyDLL keeps the GIL through the call: reading a header takes a microsecond or
-            # two, less than handing the GIL to another thread and taking it back.
-            lib = ctypes.PyDLL(path) if path else None
-        except OSError:
-            lib = None
+        lib = _load_library()
         if lib is None or not hasattr(lib, "tjDecompressHeader3"):
             self._fallback = NvimgcodecHeader()
             return

@@ -12,7 +12,8 @@ from .errors import BackendUnavailable, ChecksumError, DecodeError, FeedlineErro
 # Imported when first asked for: `import feedline` (and every `feedline --help`) stays
 # free of numpy and torch.
 _LAZY = {"FeedLoader": ".loader", "open_dataset": ".stores", "Store": ".stores", "AugmentSpec": ".augment",
-         "OutputSpec": ".config", "TransformSpec": ".config", "OrderSpec": ".config"}
+         "OutputSpec": ".config", "TransformSpec": ".config", "OrderSpec": ".config",
+         "normalize": ".sources.normalization"}
 
 
 def __getattr__(name: str):
@@ -22,5 +23,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'feedline' has no attribute {name!r}")
 
 
-__all__ = ["FeedLoader", "open_dataset", "Store", "AugmentSpec", "OutputSpec", "TransformSpec", "OrderSpec", "FeedlineError", "StoreError", "PackError",
+__all__ = ["FeedLoader", "normalize", "open_dataset", "Store", "AugmentSpec", "OutputSpec", "TransformSpec", "OrderSpec", "FeedlineError", "StoreError", "PackError",
            "DecodeError", "ChecksumError", "BackendUnavailable", "__version__"]

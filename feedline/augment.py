@@ -42,7 +42,7 @@ class AugmentSpec:
     """What the decode threads do to each image. ``size`` is the output (height, width)."""
 
     size: tuple[int, int] = (224, 224)
-    train: bool = True
+    train: bool = False           # random crops and flips only when asked (timm's is_training)
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     crop_fraction: float = 0.875  # eval: resize the shorter side to size / 0.875, center crop

@@ -39,13 +39,17 @@ class OutputSpec:
     mean: tuple[float, float, float] | None = IMAGENET_MEAN  # on the 0..1 scale, as torchvision
     std: tuple[float, float, float] | None = IMAGENET_STD
     dtype: torch.dtype | None = None  # float32 when None (uint8 when mean is None)
-    channels_last: bool = True
+    # None: channels_last on CUDA (what convolutions there want), contiguous on the CPU, where
+    # a consumer's ``x.view(n, -1)`` must work; resolved with the device.
+    channels_last: bool | None = None
     device: str | None = None
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the fields once, here
         if self.device is not None:
             set_(self, "device", str(torch.device(self.device)))
+            if self.channels_last is None:
+                set_(self, "channels_last", self.device.startswith("cuda"))
         if self.mean is None:
             if self.dtype not in (None, torch.uint8):
                 raise ValueError("mean=None gives uint8 images; leave dtype unset or pass torch.uint8")

@@ -59,14 +59,24 @@ def choose_order(shuffle: bool | None, order, remote: bool = False) -> Order:
                          f"(and {order.value!r} {'shuffles' if shuffles else 'does not shuffle'}); leave "
                          f"shuffle unset or pass shuffle={shuffles}")
     return order
+_warned_workers: set[tuple[int, int]] = set()  # (asked, usable): each said once per process
+
+
 def choose_threads(num_workers) -> int:
     """Decode threads: DataLoader's ``num_workers`` (0, DataLoader's "in this process", is one
-    thread), or one per usable core for "auto"."""
+    thread) up to one per usable core (more only add switching), or one per usable core for "auto"."""
     if num_workers == "auto" or num_workers is None:
         return usable_cores()
     if isinstance(num_workers, bool) or not isinstance(num_workers, int):
         raise ValueError(f"num_workers must be an int (the decode threads) or 'auto', got {num_workers!r}")
-    return max(1, num_workers)
+    asked, usable = max(1, num_workers), usable_cores()
+    if asked > usable and (asked, usable) not in _warned_workers:
+        _warned_workers.add((asked, usable))
+        warnings.warn(f"num_workers={asked} but this process may use {usable} cores (os.sched_getaffinity): "
+                      f"using {usable} decode threads", stacklevel=3)
+    return min(asked, usable)
+
+
 def choose_pinning(pin_memory) -> bool:
     """DataLoader's ``pin_memory``: page-locked buffers need an accelerator; without one,
     DataLoader warns and leaves memory pageable, and so does FeedLoader."""

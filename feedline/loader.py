@@ -96,8 +96,9 @@ class FeedLoader:
         check_buffers_fit(self.config.at_largest_size())
         self.source = make_source(self.store, self.config, chosen.decoder)
         self.stats = LoaderStats()
-        self._position, self._started = Position(), False  # _started: an iteration of this epoch has begun
+        self._position, self._started = Position(), False  # _started: this epoch delivered a batch
         self._active = None  # the running iterator, held weakly; ended on close() or a new iteration
+        self.sampler = EpochSetter(self.set_epoch)  # Lightning calls loader.sampler.set_epoch(epoch)
 
     # -- DataLoader-like surface -----------------------------------------------------
     @property
@@ -127,9 +128,8 @@ class FeedLoader:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self._close_active()
-        if self._started:  # iterating again without set_epoch: the next epoch
-            self._position = Position(self._position.epoch + 1, 0)
-        self._started = True
+        if self._started:  # again without set_epoch, after a batch (not Lightning's set-up iter()): next epoch
+            self._position, self._started = Position(self._position.epoch + 1, 0), False
         c = self.config
         epoch = plan_epoch(self.store, c, self._position)
         self.stats = LoaderStats()
@@ -150,7 +150,7 @@ class FeedLoader:
                 except StopIteration:
                     break
                 stats.add(wait_s=time.perf_counter() - t0, images=len(images), batches=1)
-                self._position = replace(self._position, batch=self._position.batch + 1)
+                self._position, self._started = replace(self._position, batch=self._position.batch + 1), True
                 yield images, labels
             self._position, self._started = Position(epoch.epoch + 1, 0), False
         finally:
@@ -204,6 +204,13 @@ def plan_epoch(store: Store, c: LoaderConfig, position: Position) -> EpochPlan:
     if is_remote(store):   # the samples cost a permutation: computed for the stores that use them
         will_visit(store, epoch.samples(len(store))[position.batch * c.batch_size:])
     return epoch
+
+
+@dataclass(frozen=True)
+class EpochSetter:
+    """``FeedLoader.sampler``: a sampler's ``set_epoch``, the loader's own."""
+
+    set_epoch: object
 
 
 class EpochIterator:

@@ -1,6 +1,7 @@
 """Shared fixtures: small folders of realistic photo-like JPEGs, built once per session."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import subprocess
@@ -107,10 +108,30 @@ def restore_logging():
     logging.root.setLevel(level)
 
 
+@functools.cache
+def turbojpeg_missing() -> str | None:
+    """Why the optional turbojpeg decoder does not build here (PyTurboJPEG and the system
+    libturbojpeg: the ``turbojpeg`` extra), or None when it does."""
+    from feedline.decoders import available_decoders
+    return available_decoders()["turbojpeg"]
+
+
+def needs_turbojpeg(item) -> bool:
+    """Marked ``turbojpeg``, or a case parametrized with the decoder's name."""
+    if "turbojpeg" in item.keywords:
+        return True
+    params = getattr(item, "callspec", None)
+    values = params.params.values() if params is not None else ()
+    return any(v == "turbojpeg" or (isinstance(v, tuple) and v[:1] == ("turbojpeg",)) for v in values)
+
+
 def pytest_collection_modifyitems(config, items):
-    # Only CUDA tests skip, and say why. A missing DALI or default decoder is a failure:
-    # `make test` installs them, and CI must not go green with them untested.
+    # CUDA tests and the optional turbojpeg decoder's skip, and say why. A missing DALI or
+    # default decoder is a failure: `make test` installs them, and CI must not go green with
+    # them untested.
     skip_cuda = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
     for item in items:
         if "cuda" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_cuda)
+        elif needs_turbojpeg(item) and turbojpeg_missing():
+            item.add_marker(pytest.mark.skip(reason=f"needs the turbojpeg decoder: {turbojpeg_missing()}"))

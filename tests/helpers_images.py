@@ -270,3 +270,18 @@ def write_bad(folder: str) -> dict[str, str]:
     expected = {name: reason for name, (_, reason) in files.items()}
     expected["broken_link.jpg"] = "unreadable"
     return expected
+
+
+def flat_gray_jpeg(height: int, width: int) -> bytes:
+    """A real baseline JPEG of ``height`` x ``width`` mid-gray (level 128), built without
+    holding its pixels: one-code Huffman tables make every 8x8 block two zero bits (DC
+    difference 0, then end of block), so 20000 x 20000 is 1.5 MB, made in milliseconds."""
+    def segment(marker: int, payload: bytes) -> bytes:
+        return bytes([0xFF, marker]) + struct.pack(">H", len(payload) + 2) + payload
+
+    one_code = bytes([1] + [0] * 15)   # one code of length 1 ('0')
+    blocks = -(-height // 8) * -(-width // 8)
+    return (b"\xff\xd8" + segment(0xDB, b"\x00" + b"\x01" * 64)
+            + segment(0xC0, struct.pack(">BHHB", 8, height, width, 1) + b"\x01\x11\x00")
+            + segment(0xC4, b"\x00" + one_code + b"\x00" + b"\x10" + one_code + b"\x00")
+            + segment(0xDA, b"\x01\x01\x00\x00\x3f\x00") + bytes(-(-2 * blocks // 8)) + b"\xff\xd9")

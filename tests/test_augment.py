@@ -74,7 +74,7 @@ def test_training_plan_equals_the_oracle_for_every_sample():
     W = np.array([SHAPES[i % len(SHAPES)][1] for i in range(n)])
     indices = np.arange(n) * 7919 + 3
     for seed, epoch in [(0, 0), (5, 9)]:
-        boxes, flips = plan(AugmentSpec(), seed, epoch, indices, H, W)
+        boxes, flips = plan(AugmentSpec(train=True), seed, epoch, indices, H, W)
         assert flips.dtype == bool
         for k in range(n):
             box, flip = oracles.train_params(seed, epoch, int(indices[k]), int(H[k]), int(W[k]))
@@ -82,7 +82,7 @@ def test_training_plan_equals_the_oracle_for_every_sample():
 
 
 def test_plan_passes_scale_ratio_and_flip_through():
-    spec = AugmentSpec(scale=(0.3, 0.6), ratio=(0.5, 0.9), flip=False)
+    spec = AugmentSpec(scale=(0.3, 0.6), ratio=(0.5, 0.9), flip=False, train=True)
     H, W = np.full(300, 400), np.full(300, 300)
     boxes, flips = plan(spec, 1, 2, np.arange(300), H, W)
     assert not flips.any()
@@ -104,7 +104,7 @@ def test_sizes_as_stores_keep_them_int32_even_for_the_largest_jpeg():
     assert boxes.tolist() == center_crop(H.astype(np.int64), W.astype(np.int64), (224, 224)).tolist()
 
 
-@pytest.mark.parametrize("spec", [AugmentSpec(), AugmentSpec(flip=False), AugmentSpec(train=False)],
+@pytest.mark.parametrize("spec", [AugmentSpec(train=True), AugmentSpec(flip=False, train=True), AugmentSpec(train=False)],
                          ids=["train", "no-flip", "eval"])
 def test_plans_are_int64_boxes_and_bool_flips(spec):
     """The documented types, which the decode threads and DALI index and branch on."""
@@ -139,7 +139,7 @@ def test_random_resized_crop_fallback_for_extreme_shapes():
 def crops_375x500():
     n = 20000
     H, W = np.full(n, 375), np.full(n, 500)
-    boxes, flips = plan(AugmentSpec(), seed=0, epoch=0, indices=np.arange(n), heights=H, widths=W)
+    boxes, flips = plan(AugmentSpec(train=True), seed=0, epoch=0, indices=np.arange(n), heights=H, widths=W)
     return boxes, flips
 
 
@@ -206,20 +206,20 @@ def test_flip_probability_is_exactly_one_half_at_the_boundary():
         index = oracles.index_whose_draw_is(3, 4, flip_draw, value)
         assert oracles.uniform(3, 4, index, flip_draw) == value
         assert uniforms(3, 4, [index], oracles.TRAIN_DRAWS)[0, flip_draw] == value
-        _, flips = plan(AugmentSpec(), 3, 4, [index], [100], [100])
+        _, flips = plan(AugmentSpec(train=True), 3, 4, [index], [100], [100])
         assert bool(flips[0]) is want and oracles.train_params(3, 4, index, 100, 100)[1] is want
 
 
 def test_crops_change_with_epoch_and_seed_but_not_with_the_batch():
     H, W = np.full(500, 300), np.full(500, 400)
     idx = np.arange(500)
-    a, fa = plan(AugmentSpec(), 0, 0, idx, H, W)
-    b, fb = plan(AugmentSpec(), 0, 1, idx, H, W)
-    c, fc = plan(AugmentSpec(), 1, 0, idx, H, W)
+    a, fa = plan(AugmentSpec(train=True), 0, 0, idx, H, W)
+    b, fb = plan(AugmentSpec(train=True), 0, 1, idx, H, W)
+    c, fc = plan(AugmentSpec(train=True), 1, 0, idx, H, W)
     assert (a != b).any(axis=1).mean() > 0.95 and (a != c).any(axis=1).mean() > 0.95
     assert 0.3 < (fa != fb).mean() < 0.7 and 0.3 < (fa != fc).mean() < 0.7
     # one sample planned alone gets what it gets inside any batch
-    single, sflip = plan(AugmentSpec(), 0, 0, [123], [300], [400])
+    single, sflip = plan(AugmentSpec(train=True), 0, 0, [123], [300], [400])
     assert single[0].tolist() == a[123].tolist() and sflip[0] == fa[123]
 
 

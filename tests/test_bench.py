@@ -85,6 +85,7 @@ def test_decoder_bench_quick(tiny_folder, tmp_path):
     assert out.with_suffix(".png").stat().st_size > 0
 
 
+@pytest.mark.dali   # its rows include the DALI engine
 def test_loader_bench_quick(tiny_folder, tmp_path):
     out = tmp_path / "loaders.json"
     stdout = run_script("loaders", str(tiny_folder), "--quick", "--batch-size", "4", "--device", "cpu",
@@ -174,6 +175,10 @@ def test_pack_bench_quick(tmp_path):
     for t in targets:
         assert t["measured"] == rows[t["check"].split(" / ")[0]]["x_tar"] and t["passed"] is None
     assert "(CLI, end to end)" in stdout and "(in-process)" in stdout and "targets not judged" in stdout
+    profile = payload["profile"]   # one CLI pack under cProfile: where its time goes
+    assert positive_finite(profile["total_s"]) and profile["top_by_self_time"]
+    selfs = [row["self_s"] for row in profile["top_by_self_time"]]
+    assert selfs == sorted(selfs, reverse=True) and all(row["calls"] >= 1 for row in profile["top_by_self_time"])
 
 
 def test_prepare_data_generates_once_then_reuses(tmp_path):

@@ -146,3 +146,22 @@ def test_an_error_the_user_can_fix_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["info", str(tmp_path / "missing.lmdb")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("feedline info: error: ") and "missing.lmdb" in err and "\n" not in err
+
+
+def test_pack_max_side_shrinks_a_huge_jpeg_the_default_skips(tmp_path):
+    """A 20000 x 20000 JPEG, end to end through the CLI: skipped as too large by default
+    (saying how to pack it), packed at 2048 with --max-side 2048 (a DCT-scaled decode)."""
+    from helpers_images import flat_gray_jpeg
+
+    from feedline.stores import open_dataset
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    (tmp_path / "src" / "a" / "huge.jpg").write_bytes(flat_gray_jpeg(20000, 20000))
+    (tmp_path / "src" / "a" / "small.jpg").write_bytes(flat_gray_jpeg(64, 48))
+    plain = run_feedline("pack", str(tmp_path / "src"), str(tmp_path / "plain.lmdb"))
+    assert plain.returncode == 0, plain.stderr
+    errors = (tmp_path / "plain.lmdb.errors.csv").read_text()
+    assert "a/huge.jpg" in errors and "too-large" in errors and "pass --max-side" in errors
+    shrunk = run_feedline("pack", str(tmp_path / "src"), str(tmp_path / "shrunk.lmdb"), "--max-side", "2048")
+    assert shrunk.returncode == 0, shrunk.stderr
+    with open_dataset(str(tmp_path / "shrunk.lmdb")) as store:
+        assert sorted(store.size(i) for i in range(len(store))) == [(64, 48), (2048, 2048)]

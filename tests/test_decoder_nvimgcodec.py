@@ -143,8 +143,14 @@ def test_header_fallback_agrees_with_libturbojpeg():
 
 def test_header_check_without_libturbojpeg_or_pyturbojpeg():
     """A process where ctypes finds no libturbojpeg and PyTurboJPEG does not import."""
-    code = ("import ctypes.util, sys\n"
+    code = ("import ctypes, ctypes.util, sys\n"
             "ctypes.util.find_library = lambda name: None\n"
+            "class NoTurbo(ctypes.PyDLL):\n"            # nor is it found by its usual name
+            "    def __init__(self, name, *args, **kw):\n"
+            "        if 'turbojpeg' in str(name):\n"
+            "            raise OSError(f'{name}: cannot open shared object file')\n"
+            "        super().__init__(name, *args, **kw)\n"
+            "ctypes.PyDLL = NoTurbo\n"
             "sys.modules['turbojpeg'] = None\n"
             "import io, numpy as np\n"
             "from PIL import Image\n"

@@ -144,6 +144,7 @@ def test_box_outside_the_image_is_a_decode_error(decoder, jpegs):
         decoder.decode_into(jpegs[0], Box(h - 10, 0, 50, w), False, np.zeros((8, 8, 3), np.uint8))
 
 
+@pytest.mark.turbojpeg
 def test_backends_agree_with_each_other(jpegs):
     usable = [get_decoder(name) for name in BACKENDS]
     data = jpegs[2]
@@ -187,6 +188,7 @@ def test_crop_scaled_keeps_at_least_the_output_size():
             assert crop.shape[:2] == (bh, bw)
 
 
+@pytest.mark.turbojpeg
 def test_turbojpeg_takes_the_dct_scaling_path(jpegs):
     import turbojpeg
     dec = get_decoder("turbojpeg")
@@ -213,6 +215,7 @@ def turbo():
     return get_decoder("turbojpeg")
 
 
+@pytest.mark.turbojpeg
 def test_png_through_turbojpeg_falls_back_to_opencv(turbo, jpegs):
     png = cv2.imencode(".png", cv2.cvtColor(pil_decode(jpegs[1]), cv2.COLOR_RGB2BGR))[1].tobytes()
     assert not is_jpeg(png)
@@ -224,6 +227,7 @@ def test_png_through_turbojpeg_falls_back_to_opencv(turbo, jpegs):
 
 
 @pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.turbojpeg
 def test_cmyk_jpeg_falls_back_to_opencv(jpegs, strict):
     buf = io.BytesIO()
     Image.fromarray(pil_decode(jpegs[0])).convert("CMYK").save(buf, "JPEG", quality=90)
@@ -237,6 +241,7 @@ def test_cmyk_jpeg_falls_back_to_opencv(jpegs, strict):
     assert out.any()
 
 
+@pytest.mark.turbojpeg
 def test_truncated_jpeg_fails_by_default_and_warns_when_lenient(turbo, jpegs):
     truncated = jpegs[0][: len(jpegs[0]) // 2]
     assert turbo.strict
@@ -251,11 +256,13 @@ def test_truncated_jpeg_fails_by_default_and_warns_when_lenient(turbo, jpegs):
 
 
 @pytest.mark.parametrize("data", CORRUPT, ids=CORRUPT_IDS)
+@pytest.mark.turbojpeg
 def test_strict_turbojpeg_raises_decode_error_on_corrupt_bytes(turbo, data):
     with pytest.raises(DecodeError):
         get_decoder("turbojpeg", strict=True).decode(data)
 
 
+@pytest.mark.turbojpeg
 def test_strict_decodes_clean_jpegs_exactly_like_lenient(turbo, jpegs):
     strict, turbo = turbo, get_decoder("turbojpeg", strict=False)
     for data in jpegs:
@@ -268,6 +275,7 @@ def test_strict_decodes_clean_jpegs_exactly_like_lenient(turbo, jpegs):
         assert np.array_equal(a, b)
 
 
+@pytest.mark.turbojpeg
 def test_fast_flags_stay_close_to_pil(jpegs):
     fast = get_decoder("turbojpeg", fast_dct=True, fast_upsample=True)
     assert fast.fast_dct and fast.fast_upsample
@@ -319,6 +327,7 @@ def test_resize_into_flips_in_place():
 
 # -- registry ------------------------------------------------------------------------
 
+@pytest.mark.turbojpeg
 def test_names_and_classes():
     assert decoder_names()[:5] == ("nvimgcodec", "turbojpeg", "simplejpeg", "opencv", "pil")
     assert set(available_decoders()) == set(decoder_names())
@@ -347,6 +356,7 @@ def test_engines_are_not_per_image_decoders(engine):
         get_decoder(engine)
 
 
+@pytest.mark.turbojpeg
 def test_options_reach_the_backend():
     assert get_decoder("nvimgcodec", fast_dct=True).fast_dct
     assert not get_decoder("nvimgcodec", strict=False).strict
@@ -363,6 +373,7 @@ def test_missing_library_reason():
         assert reason is None or "install" in reason, (name, reason)
 
 
+@pytest.mark.turbojpeg
 def test_libturbojpeg_not_found_says_what_to_install(monkeypatch, caplog):
     import turbojpeg
     import ctypes.util

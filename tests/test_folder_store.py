@@ -48,3 +48,22 @@ def test_a_folder_size_is_read_once_and_an_unreadable_header_is_zero(folder, tmp
     messages = [r.getMessage() for r in caplog.records if r.name == "feedline.stores.folder_store"]
     assert len(messages) == 1 and messages[0].startswith(f"{bad}: cannot read the image header (")
     assert messages[0].endswith("); size (0, 0)") and "cannot identify image file" in messages[0]
+
+
+def test_an_image_too_large_to_decode_is_a_one_line_reason_not_a_crop_error(tmp_path):
+    from helpers_images import flat_gray_jpeg
+
+    from feedline import FeedLoader
+    from feedline.errors import FeedlineError
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "huge.jpg").write_bytes(flat_gray_jpeg(20000, 20000))
+    (tmp_path / "a" / "small.jpg").write_bytes(flat_gray_jpeg(64, 48))
+    with FeedLoader(str(tmp_path), batch_size=2, train=False, size=32, device="cpu", decoder="opencv") as loader:
+        try:
+            list(loader)
+        except FeedlineError as exc:
+            message = str(exc)
+        else:
+            raise AssertionError("a 20000 x 20000 image was read from a folder")
+    assert "a/huge.jpg" in message and "too large to read from a folder" in message
+    assert "--max-side" in message and "not inside" not in message and "\n" not in message

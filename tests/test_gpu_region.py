@@ -73,7 +73,8 @@ def test_dali_whole_image_graph_gives_the_region_graphs_pixels(tmp_path):
               np.array([61, 99], dtype=np.int32), np.array([40, 52], dtype=np.int32)]
     mirrors = [np.array(k % 2, dtype=np.int32) for k in range(4)]
     config = LoaderConfig(batch_size=4, num_threads=1, engine="dali", decoder=None, augment=AugmentSpec(size=(32, 48)),
-                          output=OutputSpec(device="cpu", mean=None, std=None, dtype=torch.uint8))
+                          output=OutputSpec(device="cpu", mean=None, std=None, dtype=torch.uint8,
+                                            channels_last=True))   # HWC out of DALI (the CPU's default is NCHW)
     dali = import_dali()
     out = {}
     for region in (True, False):

@@ -31,6 +31,17 @@ def resave(jpeg: bytes, **save) -> bytes:
     return out.getvalue()
 
 
+def declaring_2x2(gray_jpeg: bytes) -> bytes:
+    """``gray_jpeg`` with its frame declaring 2x2 sampling for its one component: legal, and
+    meaningless (a one-component scan is not interleaved: its MCU is one 8x8 block)."""
+    data, at = bytearray(gray_jpeg), 2
+    while data[at + 1] not in (0xC0, 0xC1):          # walk the segments to the frame
+        at += 2 + (data[at + 2] << 8 | data[at + 3])
+    assert data[at + 9] == 1, "not a one-component JPEG"
+    data[at + 11] = 0x22
+    return bytes(data)
+
+
 @pytest.fixture(scope="module")
 def sources() -> dict[str, bytes]:
     srcs = [cv2.imread(p, cv2.IMREAD_COLOR) for p in photo_paths()[:4]]
@@ -39,8 +50,9 @@ def sources() -> dict[str, bytes]:
     def photo(size, k, gray=0.0):
         return make_image(rng, srcs[k % len(srcs)], gray_fraction=gray, sizes=[size])
 
-    base = photo((500, 333), 0)
-    return {"500x333": base, "301x199": photo((301, 199), 1), "199x301-gray": photo((199, 301), 2, gray=1.0),
+    base, gray = photo((500, 333), 0), photo((199, 301), 2, gray=1.0)
+    return {"500x333": base, "301x199": photo((301, 199), 1), "199x301-gray": gray,
+            "199x301-gray-declaring-2x2": declaring_2x2(gray),
             "640x480-444": resave(photo((640, 480), 3), subsampling=0),
             "333x251-422": resave(photo((333, 251), 1), subsampling=1),
             "500x333-progressive": resave(base, subsampling=2, progressive=True),

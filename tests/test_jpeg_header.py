@@ -160,6 +160,7 @@ def test_real_photos_pass(tmp_path):
         assert (info.width, info.height) == (96, 64)
 
 
+@pytest.mark.turbojpeg
 def test_turbo_header_agrees_with_pyturbojpeg(tmp_path):
     from turbojpeg import TurboJPEG
 

@@ -11,6 +11,7 @@ from storefiles import make_records, write_lmdb
 
 from feedline import FeedLoader
 from feedline.choices import Engine, OnError, Order
+from feedline.config import usable_cores
 from feedline.errors import BackendUnavailable
 
 
@@ -19,15 +20,28 @@ def test_defaults_are_the_documented_ones(packed_lmdb):
     assert (c.seed, c.batch_size, c.order, c.on_error, c.drop_last) == (0, 256, Order.SEQUENTIAL, OnError.RAISE,
                                                                         False)
     assert (c.prefetch, c.rank, c.world_size, c.even_shards, c.pin_memory) == (2, 0, 1, True, False)
-    assert c.augment.train and c.augment.size == (224, 224) and c.augment.flip
+    assert not c.augment.train and c.augment.size == (224, 224) and c.augment.flip  # flip: with train=True
+    assert c.output.channels_last is False   # on the CPU; True on CUDA
     assert c.engine is Engine.THREADS and c.decoder not in ("auto", None)  # a CPU decoder, resolved
 
 
 def test_num_workers_sets_the_threads(packed_lmdb):
-    assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=3).config.num_threads == 3
+    assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=1).config.num_threads == 1
     assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=0).config.num_threads == 1   # DataLoader's "here"
     with pytest.raises(ValueError, match="num_workers must be an int"):
         FeedLoader(str(packed_lmdb), device="cpu", num_workers="many")
+
+
+def test_num_workers_beyond_the_usable_cores_warns_once_and_uses_the_cores(packed_lmdb):
+    import warnings
+    cores = usable_cores()
+    with pytest.warns(UserWarning, match=rf"num_workers={cores + 998} but this process may use {cores} cores.*"
+                                         rf"using {cores} decode threads"):
+        loader = FeedLoader(str(packed_lmdb), device="cpu", num_workers=cores + 998)
+    assert loader.config.num_threads == cores
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # said once: the second loader is quiet
+        assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=cores + 998).config.num_threads == cores
 
 
 def test_prefetch_sizes_the_ring(packed_lmdb):

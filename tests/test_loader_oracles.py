@@ -92,10 +92,10 @@ def oracle(unique_folder):
 
 
 def loader_for(path, **kw) -> FeedLoader:
-    options = dict(batch_size=6, shuffle=True, size=SIZE, mean=None, num_workers=2, device="cpu", seed=SEED)
+    options = dict(batch_size=6, shuffle=True, train=True, size=SIZE, mean=None, num_workers=2, device="cpu", seed=SEED)
     options.update(kw)
-    if "augment" in kw:   # the spec carries the size, and the output spec the mean
-        del options["size"]
+    if "augment" in kw:   # the spec carries the size and train, and the output spec the mean
+        del options["size"], options["train"]
     if "output" in kw:
         del options["mean"]
     return FeedLoader(path, **options)
@@ -147,7 +147,7 @@ def test_scale_ratio_and_flip_reach_the_crops(store_path, oracle):
     """Non-default scale and ratio ranges give torchvision's crops for those ranges; flip=False
     never flips."""
     scale, ratio = (0.3, 0.45), (0.8, 1.25)
-    got = samples(loader_for(store_path, augment=AugmentSpec(size=SIZE, scale=scale, ratio=ratio, flip=False)), 4)
+    got = samples(loader_for(store_path, augment=AugmentSpec(size=SIZE, train=True, scale=scale, ratio=ratio, flip=False)), 4)
     errors = []
     for index, image in got:
         im = oracle.images[index]

@@ -11,6 +11,8 @@ import torch
 from feedline import FeedLoader
 from feedline.size_schedule import ProgressiveSize, SizeSchedule, schedule_of
 
+pytestmark = pytest.mark.turbojpeg   # the decoder these tests run on (the turbojpeg extra)
+
 SIZES = {0: 32, 1: 48, 2: 64, 3: 32, 4: 48, 5: 64}
 
 

@@ -16,6 +16,8 @@ from feedline.transforms import (ColorJitter, CutMix, GaussianBlur, Mixup, MixUp
                                  RandomGrayscale, SampleTransforms, TransformError, TransformSpec,
                                  TrivialAugmentWide)
 
+pytestmark = pytest.mark.turbojpeg   # the decoder these tests run on (the turbojpeg extra)
+
 SIZE = 48
 
 def every_builtin():

@@ -9,11 +9,11 @@ from feedline.config import LoaderConfig, OutputSpec
 
 
 def test_the_estimate_counts_the_ring_and_the_delivered_batch():
-    config = LoaderConfig(batch_size=8, prefetch=3, augment=AugmentSpec(size=(32, 40)), output=OutputSpec(device="cpu"))
+    config = LoaderConfig(batch_size=8, prefetch=3, augment=AugmentSpec(size=(32, 40), train=True), output=OutputSpec(device="cpu"))
     pixels = 8 * 32 * 40 * 3
     assert memory.batch_pixels(config) == pixels
     assert memory.host_bytes(config) == 5 * pixels + 4 * pixels   # 5 uint8 ring slots, one float32 batch
-    uint8 = LoaderConfig(batch_size=8, prefetch=3, augment=AugmentSpec(size=(32, 40)),
+    uint8 = LoaderConfig(batch_size=8, prefetch=3, augment=AugmentSpec(size=(32, 40), train=True),
                          output=OutputSpec(mean=None, device="cpu"))
     assert memory.host_bytes(uint8) == 6 * pixels and memory.device_bytes(uint8) == 0
     assert memory.host_bytes(LoaderConfig(engine="dali", decoder=None, output=OutputSpec(device="cpu"))) == 0
@@ -32,7 +32,7 @@ def test_a_cgroup_limit_counts_its_page_cache_as_free(monkeypatch):
 
 
 def test_a_batch_that_fits_is_not_refused(monkeypatch):
-    config = LoaderConfig(batch_size=8, augment=AugmentSpec(size=32), output=OutputSpec(device="cpu"))
+    config = LoaderConfig(batch_size=8, augment=AugmentSpec(size=32, train=True), output=OutputSpec(device="cpu"))
     monkeypatch.setattr(memory, "available_host_bytes", lambda: memory.host_bytes(config))
     memory.check_buffers_fit(config)
     monkeypatch.setattr(memory, "available_host_bytes", lambda: memory.host_bytes(config) - 1)

@@ -32,7 +32,7 @@ N, BATCH, SEED = 40, 4, 5
 def share(rank: int) -> set[int]:
     """The records rank ``rank`` of 2 reads in epoch 0 of the trainer's loader (random order,
     the trainer's seed, drop_last: whole batches only)."""
-    plan = EpochPlan(AugmentSpec(size=32), SEED, 0, Order.RANDOM, BATCH, True, rank, 2)
+    plan = EpochPlan(AugmentSpec(size=32, train=True), SEED, 0, Order.RANDOM, BATCH, True, rank, 2)
     samples = plan.samples(N)
     return set(samples[:plan.count(N) * BATCH].tolist())
 

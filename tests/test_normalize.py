@@ -61,6 +61,7 @@ def check_stored_form(record: Record) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(set(imgs.GOOD_BUILDERS) - {"twelve.jpg"}))
+@pytest.mark.turbojpeg
 def test_each_kind_decodes_to_expected_pixels(good, name):
     folder, expected = good
     record = normalize_file(folder, name, OPTIONS)
@@ -84,6 +85,7 @@ def test_gray_stays_gray(good):
         assert parse_jpeg(normalize_file(folder, name, OPTIONS).data).components == 1, name
 
 
+@pytest.mark.turbojpeg
 def test_converted_colour_is_baseline_420(good):
     from turbojpeg import TJSAMP_420, TurboJPEG
     folder, _ = good
@@ -92,6 +94,7 @@ def test_converted_colour_is_baseline_420(good):
     assert TurboJPEG().decode_header(record.data)[2] == TJSAMP_420
 
 
+@pytest.mark.turbojpeg
 def test_orientation_applied(good):
     folder, expected = good
     record = normalize_file(folder, "rotated.jpg", OPTIONS)
@@ -113,6 +116,7 @@ def test_twelve_bit_is_converted_or_unsupported(good):
         assert mean_abs_diff(decode_all(outcome.data, True)["pillow"], expected["twelve.jpg"]) < 4
 
 
+@pytest.mark.turbojpeg
 def test_max_side_shrinks_and_reencodes(good):
     folder, expected = good
     options = PackOptions(max_side=32, quality=90)
@@ -152,6 +156,27 @@ def test_pixel_limit_applies_to_jpegs_too(good):
     outcome = normalize_file(folder, "baseline.jpg", PackOptions(max_pixels=100))
     assert isinstance(outcome, Skip) and outcome.reason.value == "too-large"
     assert "64x48" in outcome.detail
+
+
+def test_a_huge_jpeg_is_refused_saying_which_flag_shrinks_it(tmp_path):
+    (tmp_path / "huge.jpg").write_bytes(imgs.flat_gray_jpeg(20000, 20000))
+    outcome = normalize_file(str(tmp_path), "huge.jpg", PackOptions())
+    assert isinstance(outcome, Skip) and outcome.reason.value == "too-large"
+    assert "20000x20000 = 400000000 pixels > --max-pixels 100000000; pass --max-side" in outcome.detail
+    tiny = normalize_file(str(tmp_path), "huge.jpg", PackOptions(max_side=2048, max_pixels=1_000_000))
+    assert isinstance(tiny, Skip) and "even decoded at 1/8 scale" in tiny.detail   # 2500 x 2500 > 1e6
+
+
+@pytest.mark.parametrize("max_pixels", [None, 400_000_000])
+def test_max_side_shrinks_a_huge_jpeg_through_a_dct_scaled_decode(tmp_path, max_pixels):
+    """--max-side decides: a 20000 x 20000 JPEG (over the default --max-pixels, and over
+    Pillow's own limit) is decoded at 1/8 scale, never at full size, and stored at 2048."""
+    (tmp_path / "huge.jpg").write_bytes(imgs.flat_gray_jpeg(20000, 20000))
+    options = PackOptions(max_side=2048, **({} if max_pixels is None else {"max_pixels": max_pixels}))
+    record = normalize_file(str(tmp_path), "huge.jpg", options)
+    assert isinstance(record, Record) and (record.height, record.width) == (2048, 2048)
+    pixels = np.asarray(Image.open(io.BytesIO(record.data)))
+    assert pixels.shape == (2048, 2048) and abs(float(pixels.mean()) - 128) < 1
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")

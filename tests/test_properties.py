@@ -87,7 +87,7 @@ def test_training_plan_is_the_oracle_and_independent_of_the_batch(seed, epoch, i
     flip when its last draw is below 1/2 (never with flip=False), whatever else is in the batch."""
     H = np.array([shapes[k][0] for k in range(len(indices))])
     W = np.array([shapes[k][1] for k in range(len(indices))])
-    spec = AugmentSpec(flip=flip)
+    spec = AugmentSpec(flip=flip, train=True)
     boxes, flips = plan(spec, seed, epoch, indices, H, W)
     for k, index in enumerate(indices):
         box, want_flip = oracles.train_params(seed, epoch, index, int(H[k]), int(W[k]), flip=flip)

@@ -53,7 +53,7 @@ def test_a_host_row_is_the_normalized_sample():
 
 
 def test_uint8_channels_last_rows_are_decoded_straight_into_the_batch():
-    output = OutputSpec(mean=None, device="cpu")
+    output = OutputSpec(mean=None, device="cpu", channels_last=True)
     rows, slot = HostRows(output), output_slot(0, 2, (8, 6), output, None)
     slot.load(plan_of(2))
     out = rows.buffer(slot, 1)

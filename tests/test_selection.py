@@ -51,7 +51,7 @@ def mine():
 # -- the user's decoder, by name, everywhere -------------------------------------------------
 
 def test_a_registered_decoder_runs_a_loader_epoch(packed_lmdb, mine):
-    kwargs = dict(batch_size=8, size=32, num_workers=2, device="cpu", seed=4, shuffle=True)
+    kwargs = dict(batch_size=8, size=32, num_workers=2, device="cpu", seed=4, shuffle=True, train=True)
     with FeedLoader(str(packed_lmdb), decoder="mine", **kwargs) as loader, \
             FeedLoader(str(packed_lmdb), decoder="pil", **kwargs) as pil:
         assert (loader.config.engine, loader.config.decoder) == (Engine.THREADS, "mine")

@@ -42,7 +42,7 @@ from feedline.sources.rows import StagingRows
 from feedline.stats import LoaderStats
 
 def epoch_plan(order=Order.RANDOM) -> EpochPlan:
-    return EpochPlan(AugmentSpec(size=(32, 32)), seed=0, epoch=0, order=order, batch_size=4, drop_last=False)
+    return EpochPlan(AugmentSpec(size=(32, 32), train=True), seed=0, epoch=0, order=order, batch_size=4, drop_last=False)
 
 def queue_for(store, epoch, stats=None, threads=2) -> DecodeQueue:
     stats = stats or LoaderStats()

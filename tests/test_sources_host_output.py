@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from feedline import FeedLoader, OrderSpec
+from feedline import FeedLoader, OrderSpec, OutputSpec
 from feedline.plan import EpochPlan
 
 KW = dict(batch_size=8, size=32, num_workers=2, device="cpu", decoder="opencv", shuffle=True, seed=5)
@@ -59,9 +59,10 @@ def test_anything_still_sharing_a_batchs_memory_keeps_it_intact(packed_lmdb, hol
 def test_uint8_batches_are_the_decoded_pixels_in_place(packed_lmdb):
     """mean=None: the decoder writes straight into the delivered batch (channels_last uint8),
     and the pixels equal the normalized batch's, undone."""
-    common = dict(KW, shuffle=False)
-    with FeedLoader(str(packed_lmdb), mean=None, std=None, **common) as raw, \
-            FeedLoader(str(packed_lmdb), mean=(0, 0, 0), std=(1, 1, 1), **common) as scaled:
+    common = dict(KW, shuffle=False)   # channels_last: the in-place path, rows are H x W x C
+    with FeedLoader(str(packed_lmdb), output=OutputSpec(mean=None, std=None, channels_last=True), **common) as raw, \
+            FeedLoader(str(packed_lmdb), output=OutputSpec(mean=(0, 0, 0), std=(1, 1, 1), channels_last=True),
+                       **common) as scaled:
         for (x, y), (f, fy) in zip(raw, scaled, strict=True):
             assert x.dtype == torch.uint8 and x.is_contiguous(memory_format=torch.channels_last)
             assert torch.equal(y, fy)

@@ -15,7 +15,7 @@ from feedline.plan import EpochPlan
 from feedline.sources.policy import BadRecordPolicy
 from feedline.sources.substitute import MAX_ATTEMPTS, substitute_sample
 
-EPOCH = EpochPlan(AugmentSpec(size=(32, 32)), seed=9, epoch=2, order=Order.RANDOM, batch_size=4, drop_last=False)
+EPOCH = EpochPlan(AugmentSpec(size=(32, 32), train=True), seed=9, epoch=2, order=Order.RANDOM, batch_size=4, drop_last=False)
 
 
 @pytest.fixture

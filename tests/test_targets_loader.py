@@ -211,7 +211,7 @@ def test_min_box_visibility_outside_0_to_1_is_refused(packed, bad):
         FeedLoader(packed["lmdb"], augment=AugmentSpec(size=48, min_box_visibility=bad), **UNSIZED)
 
 
-@pytest.mark.parametrize("engine", ["threads", "dali"])
+@pytest.mark.parametrize("engine", ["threads", pytest.param("dali", marks=pytest.mark.dali)])
 def test_a_loader_on_boxes_refuses_a_geometric_transform_by_name(packed, engine):
     """Given by name or as an object, to any engine: refused before an epoch starts."""
     from feedline.transforms import TransformError

@@ -1,6 +1,7 @@
 """The included trainer on the CPU: tiny CNN, 32-pixel crops, a few steps per run."""
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -92,6 +93,32 @@ def test_bf16_autocast_runs_on_cpu(toy, tmp_path):
     assert rc == 0
     assert events(tmp_path, "start")[0]["amp"] == "bf16"
     assert summary(tmp_path)["final"]["train_loss"] > 0  # finite: JSON null otherwise
+
+
+def test_out_holding_a_run_is_refused_unless_resume_or_overwrite(tmp_path, capsys):
+    argv = ["--synthetic", "--arch", "tiny", "--size", "32", "--batch-size", "8", "--synthetic-steps", "1",
+            "--num-classes", "10", "--no-progress", "--out", tmp_path]
+    assert run(argv) == 0
+    first = (tmp_path / "metrics.jsonl").read_text()
+    line = one_line_error(capsys, argv)
+    assert f"--out {tmp_path} already holds a run (metrics.jsonl)" in line and "--resume" in line
+    assert "--overwrite" in line and (tmp_path / "metrics.jsonl").read_text() == first   # kept whole
+    assert run([*argv, "--overwrite"]) == 0
+    assert (tmp_path / "metrics.jsonl").read_text() != first
+
+
+def test_the_pipeline_share_on_a_cpu_says_what_it_means(tmp_path, caplog):
+    from feedline.train.distributed import DistInfo
+    from feedline.train.report import Reporter
+    from feedline.train.result import TrainResult, finish
+    result = TrainResult(steps=1, epochs_done=1, real_images_per_s=25.0, synthetic_images_per_s=100.0)
+    reporter = Reporter(str(tmp_path), True, 1, False, append=False)
+    with caplog.at_level(logging.INFO, logger="feedline.train"):
+        finish(result, torch.nn.Linear(2, 2), DistInfo(), reporter)
+    reporter.close()
+    text = caplog.text
+    assert "data pipeline delivers 25% of the model's speed" in text
+    assert "on the CPU the loader's threads and the model share the same cores" in text
 
 
 def test_synthetic_run_needs_no_data(tmp_path, capsys):

@@ -132,4 +132,4 @@ def test_training_on_a_full_disk_stops_cleanly_and_resumes_exactly(data, small_d
     assert resumed["progress"] == whole["progress"] and resumed["progress"]["step"] == 6
     for name, tensor in whole["model"].items():
         assert torch.equal(resumed["model"][name], tensor), name
-    assert events(out, "start")[-1]["resumed_at"] == {"epoch": 0, "step": 1}
+    assert events(out, "start")[-1]["resumed_at"] == {"epoch": 1, "step": 1}   # counted from 1, as the log

@@ -10,7 +10,7 @@ import sys
 from enum import Enum
 
 import pytest
-from test_train_helpers import FAST, REPO, pack, subprocess_env, two_class_folder
+from test_train_helpers import FAST, REPO, events, pack, subprocess_env, two_class_folder
 
 from feedline.choices import Choice, Engine, OnError, Order
 from feedline.flags import add_dataclass_arguments, config_from_args
@@ -180,6 +180,7 @@ def test_a_run_logs_to_a_file_without_a_terminal(tmp_path):
     tensor-core warning for a batch of 12 on the CPU."""
     data = pack(two_class_folder(tmp_path / "src", 24, seed=5), tmp_path / "train.lmdb")
     args = [str(data), *FAST, "--batch-size", "12", "--log-every", "3", "--epochs", "2",
+            "--size-start", "16", "--size-ramp-epochs", "1",   # FAST's --size 32 from the second epoch
             "--synthetic-steps", "0", "--out", str(tmp_path / "out")]
     with open(tmp_path / "log.txt", "w") as log:
         done = subprocess.run([sys.executable, "-m", "feedline", "train", *args], cwd=REPO, env=subprocess_env(),
@@ -188,5 +189,10 @@ def test_a_run_logs_to_a_file_without_a_terminal(tmp_path):
     assert done.returncode == 0, text
     steps = [int(m) for m in re.findall(r"INFO feedline.train: epoch \d step (\d+) ", text)]
     assert steps == [1, 3, 6]  # 4 steps per epoch, 8 in all: the first, then every third
-    assert "epoch 2/2: train loss" in text
+    # One numbering (from 1) in the log and metrics.jsonl, and each epoch's size in both.
+    assert "epoch 1/2 (size 16): train loss" in text and "epoch 2/2 (size 32): train loss" in text
+    logged = re.findall(r"epoch (\d) step \d+ \[\d+/\d+\] size (\d+) ", text)
+    assert logged == [("1", "16"), ("1", "16"), ("2", "32")]
+    assert [(e["epoch"], e["size"]) for e in events(tmp_path / "out", "epoch")] == [(1, [16, 16]), (2, [32, 32])]
+    assert [(str(e["epoch"]), str(e["size"][0])) for e in events(tmp_path / "out", "step")] == logged
     assert "multiple of 8" not in text and "\r" not in text  # no progress bar either

@@ -27,11 +27,12 @@ def ddp_run(tmp_path_factory):
     os.remove(val_src / "rocket" / "015.jpg")
     val = pack(val_src, root / "val.h5")
     out = root / "run"
-    cmd = torchrun(train, "--val", val, *FAST, "--batch-size", "8", "--epochs", "1", "--accum-steps", "2",
-                   "--lr", "0.1", "--synthetic-steps", "2", "--out", out)
-    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    args = [train, "--val", val, *FAST, "--batch-size", "8", "--epochs", "1", "--accum-steps", "2",
+            "--lr", "0.1", "--synthetic-steps", "2"]
+    proc = subprocess.run(torchrun(*args, "--out", out), cwd=REPO, env=subprocess_env(), capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {"out": out, "val": str(val), "stdout": proc.stdout}
+    return {"out": out, "val": str(val), "stdout": proc.stdout, "args": args, "root": root}
 
 
 def test_two_ranks_stay_in_step_and_in_sync(ddp_run):
@@ -63,3 +64,18 @@ def test_validation_counts_each_image_once_over_the_ranks(ddp_run):
     assert seen == VAL_IMAGES
     assert final["top1"] == pytest.approx(hits / seen)
     assert final["val_loss"] == pytest.approx(loss / seen, rel=1e-4)
+
+
+def test_a_two_rank_run_resumed_mid_epoch_counts_the_epochs_loss_once(ddp_run):
+    """Stopped after its first of three steps and resumed: the epoch's train loss is the
+    uninterrupted run's, each rank restoring its share of the loss summed before the stop."""
+    out = ddp_run["root"] / "parts"
+    for extra in (["--max-steps", "1"], ["--resume"]):
+        proc = subprocess.run(torchrun(*ddp_run["args"], "--out", out, *extra), cwd=REPO, env=subprocess_env(),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    whole = checkpoint.load(os.path.join(ddp_run["out"], "checkpoint.pt"))
+    parts = checkpoint.load(os.path.join(out, "checkpoint.pt"))
+    assert parts["progress"]["step"] == whole["progress"]["step"] == 3
+    assert [e["train_loss"] for e in parts["history"]] == pytest.approx(
+        [e["train_loss"] for e in whole["history"]], rel=1e-4)

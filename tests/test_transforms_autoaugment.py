@@ -117,3 +117,17 @@ def test_magnitude_tables_are_torchvisions(wide):
         if values.ndim:
             mine = magnitude(op, np.arange(31), 31, 160, 224, wide)
             assert np.allclose(mine, values.double().numpy(), atol=1e-4), op
+
+
+@pytest.mark.parametrize("op", [RandAugment(num_ops=2, magnitude=9), TrivialAugmentWide()], ids=["rand", "trivial"])
+def test_each_signed_op_is_negated_half_the_time(op):
+    """The sign has its own draw: every signed op, in every slot, comes out negative about
+    half the time (a sign read from the op's own column makes each op always one sign while
+    the overall share stays 0.5)."""
+    p = op.draw(7, 0, INDICES)
+    for k in range(p["op"].shape[1]):
+        for code, name in enumerate(OPS):
+            if name not in SIGNED:
+                continue
+            negative = p["negative"][p["op"][:, k] == code, k]
+            assert len(negative) > 500 and abs(negative.mean() - 0.5) < 0.08, (name, k, negative.mean())

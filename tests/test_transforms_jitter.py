@@ -7,6 +7,7 @@ from draws_helpers import chi_square
 import math
 from itertools import permutations
 import numpy as np
+import pytest
 
 
 import torch
@@ -59,3 +60,14 @@ def test_color_jitter_factors_are_uniform_in_range_and_orders_uniform():
     perms = {perm: i for i, perm in enumerate(permutations(range(4)))}
     counts = np.bincount([perms[tuple(o)] for o in p["order"]], minlength=24)
     assert chi_square(counts) < CHI2_999[23]
+
+
+@pytest.mark.parametrize("column,name", [(0, "brightness"), (1, "contrast"), (2, "saturation")])
+def test_color_jitter_factors_above_one_span_zero_to_one_plus_the_value(column, name):
+    """torchvision: a number v means [max(1 - v, 0), 1 + v], so ColorJitter(1.5) draws its
+    brightness from (0, 2.5), not a range cut at 1 or at 2."""
+    op = ColorJitter(**{name: 1.5})
+    assert getattr(op, name) == (0.0, 2.5)
+    values = op.draw(3, 0, INDICES)["factors"][:, column]
+    assert 0 <= values.min() < 0.01 and 2.49 < values.max() <= 2.5
+    assert abs(values.mean() - 1.25) < 0.03

@@ -32,9 +32,10 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 def feedline_stream(packed: str, args, device: str):
     import torch
-    from feedline import FeedLoader
+    from feedline import FeedLoader, OutputSpec
     loader = FeedLoader(packed, batch_size=args.batch_size, shuffle=True, train=True, size=224,
-                        num_workers=args.threads, device=device, dtype=torch.bfloat16,
+                        num_workers=args.threads, device=device,   # channels_last asked: the CPU's default is NCHW
+                        output=OutputSpec(dtype=torch.bfloat16, channels_last=True),
                         drop_last=True, decoder=args.decoder)
     return loader, forever(lambda: loader)
 

@@ -40,12 +40,19 @@ class FolderStore(Store):
             arrays = {"labels": self.columns.labels, **scan.targets.arrays}
             self._targets = TargetColumns(scan.fields, arrays, len(scan.paths), scan.class_lists)
         self._sizes_known = np.zeros(len(scan.paths), dtype=bool)
+        self._too_large: dict[int, str] = {}   # index -> Pillow's reason: read() refuses these
 
     def _file(self, index: int) -> str:
         return os.path.join(self.filename, self.columns.path(index))
 
     def read(self, index: int) -> bytes:
-        path = self._file(self._check(index))
+        i = self._check(index)
+        path = self._file(i)
+        self.size(i)   # its header, once: an image too large to decode is refused here, in one line
+        if i in self._too_large:
+            raise StoreError(f"{path}: too large to read from a folder ({self._too_large[i]}); pack the folder "
+                             "with `feedline pack SRC OUT --max-side 2048` (huge JPEGs are decoded DCT-scaled) "
+                             "and read OUT")
         try:
             with open(path, "rb") as fh:
                 return fh.read()
@@ -58,7 +65,10 @@ class FolderStore(Store):
             try:
                 with Image.open(self._file(i)) as im:
                     w, h = im.size
-            except (OSError, Image.DecompressionBombError) as exc:
+            except Image.DecompressionBombError as exc:
+                self._too_large[i] = str(exc).split(", could be")[0]   # "Image size (N pixels) exceeds limit of M pixels"
+                w = h = 0
+            except OSError as exc:
                 # Unpacked files are unchecked: a bad one must fail when it is decoded, with
                 # its index and path (or be substituted), not when a whole epoch is planned.
                 log.debug("%s: cannot read the image header (%s); size (0, 0)", self._file(i), exc)

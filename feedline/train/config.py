@@ -102,6 +102,8 @@ class TrainConfig(RecipeOptions, OptimOptions):
                                    default_text="when stderr is a terminal")
     save_every: int = option(0, "also save a checkpoint every N optimizer steps, mid-epoch (0: at the end "
                              "of each epoch only)", RUN, metavar="N")
+    overwrite: bool = option(False, "start afresh in a DIR that holds a run (replacing its checkpoint.pt and "
+                             "metrics.jsonl); without it or --resume, such a DIR is refused", RUN)
     resume: str | None = option(None, "continue exactly where a checkpoint stopped, mid-epoch included "
                                 "(CKPT defaults to DIR/checkpoint.pt)", RUN, metavar="CKPT", nargs="?",
                                 const="auto")

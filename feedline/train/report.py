@@ -76,11 +76,11 @@ class Reporter:
                   "lr %.4g, %d steps/epoch, %d epochs%s", cfg.arch, cfg.train, num_classes, images,
                   info.world_size, info.device, amp, cfg.batch_size * cfg.accum_steps * info.world_size, lr,
                   steps_per_epoch, cfg.epochs,
-                  f"; resumed at epoch {resumed.epoch + 1}, step {resumed.step}" if resumed else "")
+                  f"; resumed in epoch {resumed.epoch + 1}, step {resumed.step}" if resumed else "")
         self.event("start", config=cfg.to_dict(), world_size=info.world_size, device=str(info.device),
                    amp=amp, lr=lr, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
                    warmup_steps=warmup_steps, num_classes=num_classes,
-                   resumed_at={"epoch": resumed.epoch, "step": resumed.step} if resumed else None)
+                   resumed_at={"epoch": resumed.epoch + 1, "step": resumed.step} if resumed else None)
 
     def epoch(self, record: dict, epochs: int, bad_records) -> None:
         """The end-of-epoch line and event; ``bad_records`` (this rank's) as their own event."""
@@ -90,8 +90,9 @@ class Reporter:
             val = f" | val loss {record['val_loss']:.4f}, " + (f"mAP {record['mAP']:.1%}" if "mAP" in record
                                                                 else f"MAE {record['mae']:.4g}")
         bad = f", {record['bad_records']} bad record(s) substituted" if record.get("bad_records") else ""
-        self.info("epoch %d/%d: train loss %.4f%s | %s img/s, data wait %.0f%%, %.1f s%s", record["epoch"] + 1,
-                  epochs, record["train_loss"], val, f"{record['images_per_s']:,.0f}",
+        self.info("epoch %d/%d (size %s): train loss %.4f%s | %s img/s, data wait %.0f%%, %.1f s%s",
+                  record["epoch"], epochs, _size(record["size"]), record["train_loss"], val,
+                  f"{record['images_per_s']:,.0f}",
                   100 * record["data_wait"], record["epoch_s"], bad)
         self.event("epoch", **record)
         if bad_records:
@@ -99,17 +100,19 @@ class Reporter:
                 {"index": r.index, "path": r.path, "reason": r.reason, "substitute": r.substitute}
                 for r in bad_records])
 
-    def window(self, w: Window) -> None:
-        """One log line every --log-every optimizer steps, whether stderr is a terminal or a file."""
+    def window(self, w: Window, size: tuple[int, int]) -> None:
+        """One log line every --log-every optimizer steps, whether stderr is a terminal or a file;
+        ``size``: the epoch's training crop (it changes under a size schedule)."""
         if not self.enabled:
             return
         images_per_s = w.images_per_s * self.world_size
         mem = f", GPU memory {w.gpu_mem_gib:.1f} GiB peak" if w.gpu_mem_gib is not None else ""
         self._bar.set_postfix_str(f"loss {w.loss:.3f}, {images_per_s:,.0f} img/s, wait {w.data_wait:.0%}")
-        log.info("epoch %d step %d [%d/%d] loss %.4f lr %.4g | %s img/s, %.3f s/step, data wait %.0f%%%s",
-                 w.epoch + 1, w.step, w.micro, w.micro_total, w.loss, w.lr, f"{images_per_s:,.0f}",
+        log.info("epoch %d step %d [%d/%d] size %s loss %.4f lr %.4g | %s img/s, %.3f s/step, data wait %.0f%%%s",
+                 w.epoch + 1, w.step, w.micro, w.micro_total, _size(size), w.loss, w.lr, f"{images_per_s:,.0f}",
                  w.step_s, 100 * w.data_wait, mem)
-        self.event("step", epoch=w.epoch, step=w.step, loss=w.loss, lr=w.lr, images_per_s=images_per_s,
+        self.event("step", epoch=w.epoch + 1, step=w.step, size=list(size), loss=w.loss, lr=w.lr,
+                   images_per_s=images_per_s,
                    images_per_s_per_rank=w.images_per_s, step_s=w.step_s, data_wait=w.data_wait,
                    gpu_mem_gib=w.gpu_mem_gib)
 
@@ -117,6 +120,12 @@ class Reporter:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+def _size(size) -> str:
+    """160 for a square crop, 160x128 (height x width) otherwise."""
+    height, width = size
+    return str(height) if height == width else f"{height}x{width}"
 
 
 def _finite(obj):

@@ -41,9 +41,14 @@ def finish(result: TrainResult, raw: nn.Module, info: DistInfo, reporter: Report
         if not result.ranks_in_sync:
             reporter.warning("parameters differ between ranks at the end of the run")
     if result.pipeline_share is not None:
+        # On the CPU the loader's decode threads and the model share the cores: the share then
+        # says what feeding costs this CPU's model, not whether a GPU would wait for data.
+        caveat = ("; on the CPU the loader's threads and the model share the same cores, so this is the "
+                  "cost of decoding here, not a sign that a GPU would wait for data"
+                  if info.device.type == "cpu" else "")
         reporter.info("data pipeline delivers %.0f%% of the model's speed: %s img/s training vs %s img/s "
-                      "on synthetic data (per rank)", 100 * result.pipeline_share,
-                      f"{result.real_images_per_s:,.0f}", f"{result.synthetic_images_per_s:,.0f}")
+                      "on synthetic data (per rank)%s", 100 * result.pipeline_share,
+                      f"{result.real_images_per_s:,.0f}", f"{result.synthetic_images_per_s:,.0f}", caveat)
     reporter.event("summary", steps=result.steps, epochs_done=result.epochs_done,
                    stopped_early=result.stopped_early, steps_per_rank=result.steps_per_rank,
                    ranks_in_sync=result.ranks_in_sync, real_images_per_s=result.real_images_per_s,

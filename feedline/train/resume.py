@@ -67,7 +67,8 @@ class Checkpoints:
         }
         checkpoint.save(state, self.path)
         self.saved = (progress.epoch, progress.step)
-        self.reporter.event("checkpoint", path=self.path, epoch=progress.epoch, step=progress.step,
+        # epoch: counted from 1, as in the log; the one a resume continues in
+        self.reporter.event("checkpoint", path=self.path, epoch=progress.epoch + 1, step=progress.step,
                             mid_epoch=loader_state is not None)
 
     def check(self, state: dict) -> None:

@@ -41,6 +41,7 @@ class Trainer:
         self.data: Data = open_data(cfg, info)
         self.task = task_of(self.data, cfg.task)   # what it learns, from the store's fields and --task
         self.resume_state = checkpoint.load(cfg.resume_path) if cfg.resume_path else None
+        refuse_a_run_in_the_way(cfg.out, self.resume_state is not None or cfg.overwrite, info)
         self.reporter = Reporter(cfg.out, info.is_main, info.world_size, cfg.progress,
                                  append=self.resume_state is not None)
         self.train_loader = self.val_loader = None
@@ -78,9 +79,6 @@ class Trainer:
         if cfg.batch_size % 8 and self.info.device.type == "cuda":
             rep.warning("--batch-size %d is not a multiple of 8: tensor cores and cuDNN kernels are "
                         "fastest on multiples of 8", cfg.batch_size)
-        if self.resume_state is None and os.path.exists(cfg.checkpoint_path):
-            rep.warning("%s exists and will be overwritten; pass --resume to continue it",
-                        cfg.checkpoint_path)
 
     # -- the run -----------------------------------------------------------------------
     def _run(self) -> TrainResult:
@@ -138,8 +136,9 @@ class Trainer:
             loader.set_epoch(progress.epoch)
             with self.reporter.bar(micro_per_epoch, progress.micro,
                                    f"epoch {progress.epoch + 1}/{cfg.epochs}") as bar:
-                er = train_epoch(runner, loader, progress, accum_steps=cfg.accum_steps,
-                                 device=self.info.device, log_every=cfg.log_every, on_log=self.reporter.window,
+                size = loader.config.spec_at(progress.epoch).size   # this epoch's, with a size schedule
+                er = train_epoch(runner, loader, progress, accum_steps=cfg.accum_steps, device=self.info.device,
+                                 log_every=cfg.log_every, on_log=lambda w: self.reporter.window(w, size),
                                  on_step=on_step, on_micro=bar.update, log_first=first,
                                  warmup_micro=min(WARMUP_MICRO, micro_per_epoch - 1) if first else 0)
             first = False
@@ -149,18 +148,20 @@ class Trainer:
                 self._save(raw, runner, loader.state_dict())
                 self.result.stopped_early = True
                 break
-            self._end_epoch(raw, runner, er)
+            self._end_epoch(raw, runner, er, size)
             if er.stopped:
                 self.result.stopped_early = progress.epoch < cfg.epochs
                 break
         return timed_images / timed_s if timed_s > 0 else None
 
-    def _end_epoch(self, raw: nn.Module, runner: StepRunner, er: EpochResult) -> None:
+    def _end_epoch(self, raw: nn.Module, runner: StepRunner, er: EpochResult, size: tuple[int, int]) -> None:
         progress, info = self.progress, self.info
         bad = self.train_loader.stats.bad_records
         loss_sum, samples, bad_total = distributed.sum_over_ranks(
             [progress.loss_sum, progress.samples, len(bad)], info)
-        record = {"epoch": progress.epoch, "step": progress.step, "train_loss": loss_sum / max(samples, 1),
+        # Epochs from 1 in the log and metrics.jsonl alike; size: this epoch's crop (a schedule's).
+        record = {"epoch": progress.epoch + 1, "step": progress.step, "size": list(size),
+                  "train_loss": loss_sum / max(samples, 1),
                   "images_per_s": er.images * info.world_size / max(er.elapsed_s, 1e-9),
                   "data_wait": er.wait_s / max(er.elapsed_s, 1e-9), "epoch_s": er.elapsed_s,
                   "lr": runner.last_lr, "bad_records": int(bad_total)}
@@ -177,6 +178,17 @@ class Trainer:
     def _save(self, raw: nn.Module, runner: StepRunner, loader_state: dict | None) -> None:
         self.checkpoints.save(raw, runner, self.progress, loader_state, self.result.history)
         self.result.checkpoint = self.cfg.checkpoint_path
+
+
+def refuse_a_run_in_the_way(out: str, allowed: bool, info: DistInfo) -> None:
+    """A TrainError on every rank when ``out`` holds a run (a checkpoint or a metrics log) that
+    a fresh start would overwrite, unless ``allowed`` (--resume or --overwrite). Every rank
+    looks before any writes (the sum is a collective), so no rank sees this run's own files."""
+    held = [name for name in ("checkpoint.pt", "metrics.jsonl") if os.path.exists(os.path.join(out, name))]
+    if distributed.sum_over_ranks([0.0 if allowed else float(len(held))], info)[0]:
+        held = held or ["checkpoint.pt or metrics.jsonl, seen by another rank"]
+        raise TrainError(f"--out {out} already holds a run ({', '.join(held)}): pass --resume to continue it, "
+                         "--overwrite to start afresh there, or another --out")
 
 
 def validated(raw: nn.Module, runner: StepRunner, loader, amp, info: DistInfo, task, cfg: TrainConfig) -> dict:

@@ -78,7 +78,7 @@ def run_synthetic_only(raw: nn.Module, cfg: TrainConfig, info: DistInfo, amp: Am
                              dtype, cfg.channels_last, cfg.seed)
     progress = Progress()
     er = train_epoch(runner, loader, progress, accum_steps=cfg.accum_steps, device=info.device,
-                     log_every=cfg.log_every, on_log=reporter.window,
+                     log_every=cfg.log_every, on_log=lambda w: reporter.window(w, (cfg.size, cfg.size)),
                      warmup_micro=min(WARMUP_MICRO, cfg.synthetic_steps - 1))
     result.steps = progress.step
     result.synthetic_images_per_s = er.timed_images / er.timed_s if er.timed_s > 0 else None
