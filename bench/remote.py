@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, help="interleaved rounds (default 2)")
     p.add_argument("--size", type=int, help="crop size (default 160)")
     p.add_argument("--quick", action="store_true", help=f"a tiny run for tests: {QUICK}")
-    p.add_argument("--cache-dir", help="where the generated images are kept (default ~/.cache/feedline)")
+    p.add_argument("--cache-dir", help="where the generated images are kept (default .cache/ in the repository)")
     output_arguments(p, "remote")
     args = p.parse_args(argv)
     check_output_flags(p, args)

@@ -87,6 +87,8 @@ def choose_pinning(pin_memory) -> bool:
                       "memory", stacklevel=3)
         return False
     return True
+
+
 def augment_spec(augment: AugmentSpec | None, **loose) -> AugmentSpec:
     """``augment=AugmentSpec(...)``, or one built from the loose keywords (size, train): one
     way or the other, not both. With a size schedule the caller passes epoch 0's size

@@ -125,7 +125,7 @@ class TrainConfig(RecipeOptions, OptimOptions):
 
     def __post_init__(self) -> None:
         self._parse_choices()
-        self._check_numbers()
+        check_numbers(self)
         self._check_recipe()
         self._check_optim()
         check_paths(self)
@@ -149,25 +149,6 @@ class TrainConfig(RecipeOptions, OptimOptions):
             if self.threads < 1:
                 raise TrainError(f"--threads must be at least 1, got {self.threads}")
 
-    def _check_numbers(self) -> None:
-        at_least_1 = ("epochs", "batch_size", "accum_steps", "size", "log_every")
-        not_negative = ("save_every", "synthetic_steps", "warmup_epochs", "weight_decay", "momentum")
-        for name in at_least_1:
-            if int(getattr(self, name)) < 1:
-                raise TrainError(f"{flag(name)} must be at least 1, got {getattr(self, name)}")
-        for name in not_negative:
-            if getattr(self, name) < 0:
-                raise TrainError(f"{flag(name)} must not be negative, got {getattr(self, name)}")
-        for name in ("max_steps", "num_classes"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise TrainError(f"{flag(name)} must be at least 1, got {getattr(self, name)}")
-        if self.lr is not None and not self.lr > 0:
-            raise TrainError(f"--lr must be positive, got {self.lr}")
-        if not self.timeout > 0:
-            raise TrainError(f"--timeout must be a positive number of seconds, got {self.timeout}")
-        if self.synthetic and self.synthetic_steps < 1:
-            raise TrainError("--synthetic needs --synthetic-steps of at least 1")
-
     @property
     def checkpoint_path(self) -> str:
         return os.path.join(self.out, "checkpoint.pt")
@@ -182,6 +163,27 @@ class TrainConfig(RecipeOptions, OptimOptions):
         """Plain values (Enums as their strings): for JSON and for checkpoints that load
         with ``weights_only=True``."""
         return {k: v.value if isinstance(v, Enum) else v for k, v in dataclasses.asdict(self).items()}
+
+
+def check_numbers(cfg: TrainConfig) -> None:
+    """Counts at least 1, rates and sizes not negative, a positive learning rate and timeout."""
+    at_least_1 = ("epochs", "batch_size", "accum_steps", "size", "log_every")
+    not_negative = ("save_every", "synthetic_steps", "warmup_epochs", "weight_decay", "momentum")
+    for name in at_least_1:
+        if int(getattr(cfg, name)) < 1:
+            raise TrainError(f"{flag(name)} must be at least 1, got {getattr(cfg, name)}")
+    for name in not_negative:
+        if getattr(cfg, name) < 0:
+            raise TrainError(f"{flag(name)} must not be negative, got {getattr(cfg, name)}")
+    for name in ("max_steps", "num_classes"):
+        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
+            raise TrainError(f"{flag(name)} must be at least 1, got {getattr(cfg, name)}")
+    if cfg.lr is not None and not cfg.lr > 0:
+        raise TrainError(f"--lr must be positive, got {cfg.lr}")
+    if not cfg.timeout > 0:
+        raise TrainError(f"--timeout must be a positive number of seconds, got {cfg.timeout}")
+    if cfg.synthetic and cfg.synthetic_steps < 1:
+        raise TrainError("--synthetic needs --synthetic-steps of at least 1")
 
 
 def check_paths(cfg: TrainConfig) -> None:
