@@ -30,7 +30,7 @@ demo: setup
 test: setup-test
 	$(PY) -m pytest -q -ra
 
-# Mutation testing (issue 15): slow, never part of `make test`. AREAS="order augment" runs some.
+# Mutation testing: slow, never part of `make test`. AREAS="order augment" runs some.
 mutants: setup-test
 	$(PY) -m pip install -q 'mutmut>=3.8,<4'
 	PY=$(PY) bash .ci/mutants.sh $(AREAS)
