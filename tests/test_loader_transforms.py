@@ -2,43 +2,16 @@
 for any thread count, resume point and engine (every built-in on)."""
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
-
 import pytest
-
 import torch
-
-from feedline import FeedLoader
+from transforms_loader import SIZE, epoch, loader
 
 from feedline.transforms import (ColorJitter, CutMix, GaussianBlur, Mixup, MixUp, RandAugment, RandomErasing,
-                                 RandomGrayscale, SampleTransforms, TransformError, TransformSpec,
-                                 TrivialAugmentWide)
+                                 RandomGrayscale, SampleTransforms, TransformError, TransformSpec)
+
 
 pytestmark = pytest.mark.turbojpeg   # the decoder these tests run on (the turbojpeg extra)
-
-SIZE = 48
-
-def every_builtin():
-    return [RandAugment(2, 9), TrivialAugmentWide(), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(0.2),
-            GaussianBlur(5, (0.1, 2.0)), RandomErasing(0.5)]
-
-def loader(path, threads=2, transforms=None, batch_transforms=None, **kw):
-    """A loader with every built-in and Mixup unless told otherwise (``transforms`` may be a
-    TransformSpec, which then carries the batch transforms)."""
-    if not isinstance(transforms, TransformSpec):
-        transforms = TransformSpec(every_builtin() if transforms is None else transforms,
-                                   [Mixup(1.0, 1.0)] if batch_transforms is None else batch_transforms)
-    options = dict(batch_size=8, shuffle=True, size=SIZE, num_workers=threads, device="cpu", seed=5,
-                   decoder="turbojpeg", transforms=transforms)
-    options.update(kw)
-    return FeedLoader(str(path), **options)
-
-def epoch(feed, n=None):
-    """The first ``n`` batches (all when None) of the next iteration, cloned."""
-    it = iter(feed)
-    return [(x.clone(), y.clone()) for x, y in itertools.islice(it, n)]
 
 def same(a, b):
     assert len(a) == len(b)

@@ -2,32 +2,8 @@
 planner and a substitute, handed over as a tensor or a dict."""
 from __future__ import annotations
 
-
-
-
 import torch
 
-from feedline import FeedLoader
-
-from feedline.transforms import (ColorJitter, GaussianBlur, Mixup, RandAugment, RandomErasing, RandomGrayscale, TransformSpec,
-                                 TrivialAugmentWide)
-
-SIZE = 48
-
-def every_builtin():
-    return [RandAugment(2, 9), TrivialAugmentWide(), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(0.2),
-            GaussianBlur(5, (0.1, 2.0)), RandomErasing(0.5)]
-
-def loader(path, threads=2, transforms=None, batch_transforms=None, **kw):
-    """A loader with every built-in and Mixup unless told otherwise (``transforms`` may be a
-    TransformSpec, which then carries the batch transforms)."""
-    if not isinstance(transforms, TransformSpec):
-        transforms = TransformSpec(every_builtin() if transforms is None else transforms,
-                                   [Mixup(1.0, 1.0)] if batch_transforms is None else batch_transforms)
-    options = dict(batch_size=8, shuffle=True, size=SIZE, num_workers=threads, device="cpu", seed=5,
-                   decoder="turbojpeg", transforms=transforms)
-    options.update(kw)
-    return FeedLoader(str(path), **options)
 
 
 def test_the_tensors_recorded_on_the_consumers_stream_are_those_a_batch_hook_returned():

@@ -3,40 +3,12 @@
 the mixers check int labels on a device from the plan."""
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
-
 import pytest
-
 import torch
+from transforms_loader import epoch, loader
 
-from feedline import FeedLoader
-
-from feedline.transforms import (ColorJitter, GaussianBlur, Mixup, RandAugment, RandomErasing, RandomGrayscale, TransformSpec,
-                                 TrivialAugmentWide)
-
-SIZE = 48
-
-def every_builtin():
-    return [RandAugment(2, 9), TrivialAugmentWide(), ColorJitter(0.4, 0.4, 0.4, 0.1), RandomGrayscale(0.2),
-            GaussianBlur(5, (0.1, 2.0)), RandomErasing(0.5)]
-
-def loader(path, threads=2, transforms=None, batch_transforms=None, **kw):
-    """A loader with every built-in and Mixup unless told otherwise (``transforms`` may be a
-    TransformSpec, which then carries the batch transforms)."""
-    if not isinstance(transforms, TransformSpec):
-        transforms = TransformSpec(every_builtin() if transforms is None else transforms,
-                                   [Mixup(1.0, 1.0)] if batch_transforms is None else batch_transforms)
-    options = dict(batch_size=8, shuffle=True, size=SIZE, num_workers=threads, device="cpu", seed=5,
-                   decoder="turbojpeg", transforms=transforms)
-    options.update(kw)
-    return FeedLoader(str(path), **options)
-
-def epoch(feed, n=None):
-    """The first ``n`` batches (all when None) of the next iteration, cloned."""
-    it = iter(feed)
-    return [(x.clone(), y.clone()) for x, y in itertools.islice(it, n)]
+from feedline.transforms import ColorJitter, GaussianBlur, Mixup, RandAugment, RandomErasing, RandomGrayscale
 
 
 def test_the_cuda_split_computes_what_the_host_computes(packed_lmdb):
