@@ -41,6 +41,7 @@ from .worker_process import Chunk, ChunkDone, WorkerSetup
 
 CHUNKS_PER_WORKER = 4   # a batch is cut into about this many chunks per worker: balance, few messages
 QUEUED = 2              # chunks waiting at a worker: it never idles between two
+DRAIN_S = 30.0          # an abandoned run's workers each finish the sample they are on within this
 
 # Output dtypes a worker writes normalized (numpy has them); others get uint8 pixels,
 # normalized per batch by the Finisher.
@@ -209,12 +210,12 @@ class ProcessFeed:
         self._free.append(slot.number)
 
     def drain(self) -> None:
-        """Wait for every chunk sent (the workers skip what is left of an abandoned run)."""
+        """Wait until every worker has answered what it was sent (the workers skip what is
+        left of an abandoned run). A sync token per worker marks the end: the feed's own
+        count of chunks in flight may be wrong here, when an exception (Ctrl-C) cut into it."""
         self._pool.new_generation()
         self._unsent.clear()
-        while any(self._queued):
-            for k, done in self._pool.results(None):
-                self._queued[k] -= 1
+        self._pool.sync(DRAIN_S)
 
 
 class ProcessBatches:
@@ -232,6 +233,7 @@ class ProcessBatches:
         self.pool = WorkerPool(setup, config.num_threads, config.decoder)
         self._closer = weakref.finalize(self, self.pool.close)
         self.shared = SharedRing(self.pool, config, self.targets, config.augment.size)
+        self._pool_lost = False
 
     @staticmethod
     def buffer_bytes(config: LoaderConfig) -> tuple[int, int]:
@@ -244,6 +246,8 @@ class ProcessBatches:
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         store = self.store
+        if self._pool_lost:
+            self._renew()
         if self.shared.ring.size != tuple(epoch.spec.size):   # a size schedule moved: a new ring
             self.shared.drop()
             self.shared = SharedRing(self.pool, self.config, self.targets, epoch.spec.size)
@@ -256,7 +260,25 @@ class ProcessBatches:
                 yield from deliver(feed, self.finisher, stats)
             finally:
                 if self.pool.running:
-                    feed.drain()
+                    self._drain(feed)
+
+    def _drain(self, feed: ProcessFeed) -> None:
+        """The workers made ready for the next run. When that fails (a second Ctrl-C, a worker
+        stuck past DRAIN_S) they are stopped, and the next run starts new ones."""
+        try:
+            feed.drain()
+        except BaseException:
+            self.pool.close(kill=True)
+            self._pool_lost = True
+            raise
+
+    def _renew(self) -> None:
+        """New workers and a new ring, in place of those a failed drain stopped."""
+        self.pool = WorkerPool(self.pool.setup, self.config.num_threads, self.config.decoder)
+        self._closer.detach()
+        self._closer = weakref.finalize(self, self.pool.close)
+        self.shared = SharedRing(self.pool, self.config, self.targets, self.shared.ring.size)
+        self._pool_lost = False
 
     def close(self) -> None:
         """Stop and join the workers; the shared memory goes with the last tensor over it."""

@@ -11,11 +11,13 @@ workers with spawn instead (their setup is then pickled).
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import multiprocessing
 import pickle
 import signal
 import sys
+import time
 from multiprocessing.connection import wait
 
 import numpy as np
@@ -23,7 +25,7 @@ import numpy as np
 from ..errors import FeedlineError
 from .shared_rows import Arena, RowFormat, SharedFd
 from .shutdown import close_at_exit
-from .worker_process import IDLE, ChunkDone, WorkerSetup, serve
+from .worker_process import IDLE, ChunkDone, Synced, WorkerSetup, serve
 
 log = logging.getLogger(__name__)
 JOIN_S = 5.0
@@ -79,6 +81,7 @@ class WorkerPool:
         self.control[0], self.control[1:] = 0, IDLE
         self.error: WorkerError | None = None
         self._closed = False
+        self._tokens = itertools.count()
         context = multiprocessing.get_context(method)
         self.conns, self.procs, inherited = [], [], []
         try:
@@ -160,6 +163,22 @@ class WorkerPool:
             if r in sentinels and not answers:
                 self._died(sentinels[r])
         return answers
+
+    def sync(self, timeout_s: float) -> None:
+        """Return once every worker has answered every message sent before this call (their
+        answers are dropped); a TimeoutError when one has not within ``timeout_s``."""
+        token = next(self._tokens)
+        for k in range(self.count):
+            self.send(k, ("sync", token))
+        waiting, deadline = set(range(self.count)), time.monotonic() + timeout_s
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"feedline workers {sorted(waiting)} did not finish their sample within "
+                                   f"{timeout_s:.0f} s of the run's end: they are stopped")
+            for k, answer in self.results(left):
+                if isinstance(answer, Synced) and answer.token == token:
+                    waiting.discard(k)
 
     def _check(self) -> None:
         if self.error is not None:

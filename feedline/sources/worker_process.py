@@ -56,6 +56,13 @@ class Chunk:
 
 
 @dataclass(frozen=True)
+class Synced:
+    """A worker's answer to ("sync", token): every chunk sent before the sync was answered."""
+
+    token: int
+
+
+@dataclass(frozen=True)
 class ChunkDone:
     ticket: int
     read_s: float
@@ -97,6 +104,8 @@ def serve(number: int, conn, setup: WorkerSetup, control: SharedFd, workers: int
             arenas[message[1]] = RowWriter(fmt, attach(recv_handle(conn), fmt.nbytes))
         elif kind == "drop":
             arenas.pop(message[1], None)
+        elif kind == "sync":
+            send(conn, Synced(message[1]))
         elif kind == "stop":
             return
 
@@ -125,7 +134,7 @@ def opened(setup: WorkerSetup) -> WorkerSetup:
     return replace(setup, store=store, decoder=decoder)
 
 
-def send(conn, done: ChunkDone) -> None:
+def send(conn, done: ChunkDone | Synced) -> None:
     """``done`` to the consumer; an error that does not pickle goes as its type and message."""
     import pickle
     try:
