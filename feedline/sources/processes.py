@@ -256,21 +256,31 @@ class ProcessBatches:
         policy = self.bad_records.policy(epoch, stats.ledger)
         with read_ahead(store, epoch, start, samples) as ahead:
             feed = ProcessFeed(self.pool, ahead.follow(plans), self.shared, epoch, policy, stats, store)
+            whole = False
             try:
                 yield from deliver(feed, self.finisher, stats)
+                whole = True
+            except GeneratorExit:   # closed at a yield (a break, an abandoned iterator): between two steps
+                whole = True
+                raise
             finally:
                 if self.pool.running:
-                    self._drain(feed)
+                    self._finish(feed, whole)
 
-    def _drain(self, feed: ProcessFeed) -> None:
-        """The workers made ready for the next run. When that fails (a second Ctrl-C, a worker
-        stuck past DRAIN_S) they are stopped, and the next run starts new ones."""
+    def _finish(self, feed: ProcessFeed, whole: bool) -> None:
+        """The workers made ready for the next run. An exception that cut into the feed's
+        steps (a Ctrl-C anywhere, an error) may have left a message half sent or an arena
+        half given: those workers are stopped, as are workers the drain cannot settle (a
+        second Ctrl-C, one stuck past DRAIN_S), and the next run starts new ones."""
+        ready = False
         try:
-            feed.drain()
-        except BaseException:
-            self.pool.close(kill=True)
-            self._pool_lost = True
-            raise
+            if whole:
+                feed.drain()
+                ready = True
+        finally:
+            if not ready:
+                self.pool.close(kill=True)
+                self._pool_lost = True
 
     def _renew(self) -> None:
         """New workers and a new ring, in place of those a failed drain stopped."""
