@@ -40,7 +40,6 @@ from .worker_pool import WorkerPool
 from .worker_process import Chunk, ChunkDone, WorkerSetup
 
 CHUNKS_PER_WORKER = 4   # a batch is cut into about this many chunks per worker: balance, few messages
-QUEUED = 2              # chunks waiting at a worker: it never idles between two
 DRAIN_S = 30.0          # an abandoned run's workers each finish the sample they are on within this
 
 # Output dtypes a worker writes normalized (numpy has them); others get uint8 pixels,
@@ -113,7 +112,6 @@ class ProcessFeed:
         self._free = collections.deque(range(self._ring.slots))
         self._jobs: collections.deque[_Job] = collections.deque()
         self._pending: dict[int, _Job] = {}
-        self._unsent: collections.deque[Chunk] = collections.deque()
         self._queued = [0] * pool.count      # chunks sent to each worker, not answered yet
         self._tickets = itertools.count()
         self._ended = False
@@ -133,32 +131,26 @@ class ProcessFeed:
             self._submit(slot)
 
     def _submit(self, slot: Slot) -> None:
-        """The batch's chunks queue up; each goes to the first worker with room (``_dispatch``)."""
+        """The batch's chunks, each sent at once to the worker with the fewest waiting: the
+        workers go on decoding every planned batch of the ring while the consumer is away (a
+        training step, a batch transform), as the thread engine's decode queue does. (Held
+        back until the consumer came again, they idled through most of a long step.)"""
         plan, workers = slot.plan, self._pool.count
         n = len(plan)
         per = max(1, -(-n // (workers * CHUNKS_PER_WORKER)))
         job = _Job(slot, 0)
+        self._jobs.append(job)
         arena = self._shared.arena_of[slot.number]
         for first in range(0, n, per):
             stop = min(n, first + per)
             ticket = next(self._tickets)
-            self._unsent.append(Chunk(ticket, self.generation, arena, first, plan.epoch, plan.indices[first:stop],
-                                      plan.boxes[first:stop], plan.flips[first:stop], self._epoch.spec))
             self._pending[ticket] = job
             job.left += 1
-        self._jobs.append(job)
-        self._dispatch()
-
-    def _dispatch(self) -> None:
-        """Chunks to the workers, oldest first, at most QUEUED waiting at each: a worker that
-        finishes early takes more, so a slow image (a big crop, a costly transform) delays
-        its batch, not the others' work."""
-        while self._unsent:
-            k = min(range(self._pool.count), key=self._queued.__getitem__)
-            if self._queued[k] >= QUEUED:
-                return
+            k = min(range(workers), key=self._queued.__getitem__)
             self._queued[k] += 1
-            self._pool.send(k, ("fill", self._unsent.popleft()))
+            self._pool.send(k, ("fill", Chunk(ticket, self.generation, arena, first, plan.epoch,
+                                              plan.indices[first:stop], plan.boxes[first:stop],
+                                              plan.flips[first:stop], self._epoch.spec)))
 
     def next_filled(self, block: bool = True) -> Slot | None:
         self._top_up()
@@ -177,7 +169,6 @@ class ProcessFeed:
             for k, done in answers:
                 self._queued[k] -= 1
                 self._hear(done)
-            self._dispatch()
 
     def _hear(self, done: ChunkDone) -> None:
         job = self._pending.pop(done.ticket)
@@ -214,7 +205,6 @@ class ProcessFeed:
         left of an abandoned run). A sync token per worker marks the end: the feed's own
         count of chunks in flight may be wrong here, when an exception (Ctrl-C) cut into it."""
         self._pool.new_generation()
-        self._unsent.clear()
         self._pool.sync(DRAIN_S)
 
 
