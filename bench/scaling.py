@@ -1,6 +1,7 @@
 """How far can each engine scale with the cores? The GIL each process holds per image.
 
     python bench/scaling.py [--quick] [--seconds S] [--workers N] [--engines threads,processes] [--save]
+    python bench/scaling.py --store photos.lmdb --modes cuda --engines processes --workers 16 --out gil.json
 
 A Python thread that holds the GIL stops every other thread of its process: a process that
 holds it g seconds per image can never pass 1/g images/s, whatever the cores. For every
@@ -21,7 +22,12 @@ one run. On a loaded machine a thread that holds the GIL while waiting for a cor
 the figures (the tool saw 0.10 ms/img become 0.36 with two other jobs running): read the
 machine's load beside them, and compare engines within one run only. Needs py-spy
 (pip install py-spy) and ptrace rights. Writes bench/results/local/scaling.json
-(bench/results/ with --save, bench/results/quick/ with --quick).
+(bench/results/ with --save, bench/results/quick/ with --quick), after every row.
+
+Mode ``cuda`` is the GPU check's loader work (bench/gpu/loader_img_s.py): batch 256,
+RandomResizedCrop 224, bf16 channels_last on a CUDA device, so the consumer's figure
+includes the CUDA Finisher. ``--store`` probes a packed store of your own (its layout is
+reported as "given") instead of generating photos.
 """
 from __future__ import annotations
 
@@ -44,7 +50,7 @@ from bench.common import ROOT, format_table, say, write_results  # noqa: E402
 from bench.machine import machine_info, machine_line  # noqa: E402
 
 NAME = "scaling"
-MODES = ("float", "uint8", "recipe", "callable")
+MODES = ("float", "uint8", "recipe", "callable", "cuda")
 LAYOUTS = ("original", "grid")
 CONSUMER_TARGET_MS = 0.02   # the consumer's GIL per image: a ceiling of 50,000 img/s
 
@@ -63,6 +69,12 @@ RUNNER = textwrap.dedent('''
         kw["transforms"] = TransformSpec(transforms=[RandAugment(2, 9), RandomErasing(0.25)],
                                          batch_transforms=[Mixup(mixup_alpha=0.8, cutmix_alpha=1.0,
                                                                  label_smoothing=0.1)])
+    if mode == "cuda":   # the GPU check's loader work: loader_img_s.py
+        import torch
+        from feedline import OutputSpec
+        from feedline.decoders import get_decoder
+        kw.update(batch_size=256, device="cuda", output=OutputSpec(dtype=torch.bfloat16, channels_last=True),
+                  decoder=get_decoder("auto").name)
     if mode == "callable":
         def jitter(image, rng):   # a typical user hook: numpy on the uint8 crop
             return np.clip(image.astype(np.int16) + rng.integers(-8, 9, size=(1, 1, 3)), 0, 255).astype(np.uint8)
@@ -135,9 +147,15 @@ NATIVE_RUNNER = textwrap.dedent('''
 ''')
 
 
+def child_env() -> dict:
+    """This environment with the repository first on PYTHONPATH, the rest kept (the GPU
+    check's carried wheels are found through it)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+
+
 def make_stores(folder: Path, n: int) -> dict[str, Path]:
     """`feedline sample` photos packed twice, --layout original and --layout grid."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = child_env()
     cli = [sys.executable, "-m", "feedline"]
     subprocess.run([*cli, "sample", "-n", str(n), str(folder / "photos")], check=True, env=env,
                    capture_output=True)
@@ -223,7 +241,7 @@ def probe(store: Path, mode: str, engine: str, workers: int, seconds: float, rat
         runner = work / "runner.py"
         runner.write_text(NATIVE_RUNNER if engine == NATIVE else RUNNER)
         total = seconds * 2 + 20
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env = child_env()
         p = subprocess.Popen([sys.executable, str(runner), str(store), mode, engine, str(workers), str(total)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=env)
@@ -291,7 +309,9 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=2, help="num_workers of every loader (threads or processes)")
     p.add_argument("--engines", default="threads,processes", help="engines to compare, comma-separated "
                    f"(and {NATIVE!r}: nvImageCodec's batched decode alone, in float mode only)")
-    p.add_argument("--modes", default=None, help=f"comma-separated, of {','.join(MODES)}")
+    p.add_argument("--modes", default=None, help=f"comma-separated, of {','.join(MODES)} (default: all but cuda)")
+    p.add_argument("--store", type=Path, help="probe this packed store (layout 'given') instead of generated photos")
+    p.add_argument("--out", type=Path, help="write the JSON here")
     p.add_argument("--n", type=int, default=None, help="photos generated (default 2000, 300 quick)")
     p.add_argument("--save", action="store_true", help="write bench/results/scaling.json")
     a = p.parse_args(argv)
@@ -299,36 +319,40 @@ def main(argv=None) -> int:
     if spy is None:
         p.error("py-spy is not installed: pip install py-spy")
     seconds = a.seconds or (3.0 if a.quick else 10.0)
-    modes = a.modes.split(",") if a.modes else (["float", "callable"] if a.quick else list(MODES))
+    modes = a.modes.split(",") if a.modes else (["float", "callable"] if a.quick else list(MODES[:-1]))
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        p.error(f"unknown mode {unknown[0]!r}; use {', '.join(MODES)}")
     engines = a.engines.split(",")
     n = a.n or (300 if a.quick else 2000)
     load_before = load_average()
     rows = []
+    params = {"workers": a.workers, "seconds": seconds, "rate": a.rate, "n": None if a.store else n, "quick": a.quick,
+              "load_average_before": load_before, "consumer_target_ms": CONSUMER_TARGET_MS}
+    machine = machine_info()
     with tempfile.TemporaryDirectory(prefix="scaling-data-") as tmp:
-        stores = make_stores(Path(tmp), n)
-        for layout in LAYOUTS:
+        stores = {"given": a.store} if a.store else make_stores(Path(tmp), n)
+        for layout in stores:
             for mode in modes:
                 for engine in engines:   # engines side by side, one after the other, on the same data
                     if engine == NATIVE and mode != "float":
                         continue
                     row = probe(stores[layout], mode, engine, a.workers, seconds, a.rate, spy)
                     row["layout"], row["load_average"] = layout, load_average()
-                    rows.append(row)
+                    rows.append(row)   # written at once: a run stopped at a time limit keeps its rows
+                    write_results(NAME, rows, params, a.out, machine=machine, quick=a.quick, save=a.save)
                     say(f"{layout:<8} {mode:<8} {engine:<9} {row['img_s']:7.0f} img/s  consumer GIL "
                         f"{row['consumer_gil_ms_per_image']:.4f} ms/img  worker GIL "
                         f"{row['worker_gil_ms_per_own_image'] if row['worker_gil_ms_per_own_image'] is not None else '-'}"
                         f" ms/own img  load {row['load_average'][0]}")
-    machine = machine_info()
     say(machine_line(machine))
     say(f"load average before: {load_before}, after: {load_average()} (GIL figures are inflated under load)")
     table = [{"layout": r["layout"], "mode": r["mode"], "engine": r["engine"], "img_s": r["img_s"],
               "consumer_ms": r["consumer_gil_ms_per_image"], "ceiling": r["consumer_ceiling_img_s"],
               "worker_ms_own": r["worker_gil_ms_per_own_image"], "met": r["consumer_target_met"]} for r in rows]
     say(format_table(table, [(k, k) for k in table[0]]))
-    write_results(NAME, rows, {"workers": a.workers, "seconds": seconds, "rate": a.rate, "n": n, "quick": a.quick,
-                               "load_average_before": load_before,
-                               "consumer_target_ms": CONSUMER_TARGET_MS}, machine=machine, quick=a.quick,
-                  save=a.save)
+    write_results(NAME, rows, params | {"load_average_after": load_average()}, a.out, machine=machine,
+                  quick=a.quick, save=a.save)
     return 0
 
 

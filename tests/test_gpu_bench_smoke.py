@@ -43,6 +43,19 @@ def test_loader_bench_smoke(packed_lmdb, photo_folder, tmp_path):
         assert (rows[name]["images_per_s"] or 0) > 0 or "torchvision" in rows[name]["reason"]
     assert 0 <= result["profile"]["decode_threads_busy"] <= 1.5 and result["diagnosis"]
     assert result["targets"][0]["target"] == ">= 10000 img/s"
+    assert rows["feedline-processes"]["images_per_s"] > 0
+    assert result["loader_processes_img_s"] == rows["feedline-processes"]["images_per_s"]
+    assert result["gil"]["reason"] == "not asked (--gil-seconds 0)"
+
+
+def test_the_loader_benchs_gil_step_is_left_out_with_its_reason_when_time_is_short(packed_lmdb, tmp_path):
+    from bench.gpu import loader_img_s
+    out = tmp_path / "loader.json"
+    assert loader_img_s.main(["--data", str(packed_lmdb), "--out", str(out), "--cpu-smoke", "--gil-seconds", "5",
+                              "--timeout", "1"]) == 0
+    result = json.loads(out.read_text())
+    assert result["gil"]["reason"].startswith("not run: ") and "30 s needed" in result["gil"]["reason"]
+    assert result["loader_processes_img_s"] > 0
 
 
 def test_gpu_decode_bench_smoke(packed_lmdb, tmp_path):

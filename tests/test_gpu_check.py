@@ -153,3 +153,24 @@ def test_the_dali_call_fits_its_budget():
     assert list(caps)[:5] == ["setup", "smoke", "data", "dali_tests", "dali_decode"]
     assert plan.dali_budget_for(400) == plan.DALI_BUDGET_S
     assert plan.dali_budget_for(200) == 200 - 2 * plan.RECEIVE_CALL_S - plan.CALL_OVERHEAD_S
+
+
+def test_the_nominal_plan_fits_the_largest_budget_and_a_spare_stage_costs_nothing():
+    assert plan.full_budget(plan.CORE) <= plan.MAX_BUDGET_S
+    caps = plan.plan(plan.CORE, plan.MAX_BUDGET_S)
+    assert caps["scaling"] == 0 and list(caps)[-2:] == ["scaling", plan.REST]
+    assert "scaling" not in plan.plan(plan.CORE, 300)                 # cut with the tail it belongs to
+
+
+def test_a_spare_stage_runs_in_the_time_the_others_left_and_only_then():
+    caps = plan.plan(plan.CORE, plan.MAX_BUDGET_S)
+    scaling = plan.stage_named("core", "scaling")
+    assert plan.cap_now("core", caps, "scaling", 500) == (scaling.nominal_s, None)   # at most its nominal
+    assert plan.cap_now("core", caps, "scaling", 40) == (40, None)
+    cap, why = plan.cap_now("core", caps, "scaling", scaling.spare_min_s - 1)
+    assert why.startswith("no spare time: ")
+    assert plan.cap_now("core", caps, plan.REST, 33) == (33, None)                   # rest: all that is left
+    assert plan.cap_now("core", caps, "loader", 1000) == (caps["loader"], None)
+    later = sum(v for k, v in list(caps.items())[list(caps).index("loader") + 1:])
+    assert plan.cap_now("core", caps, "loader", later + 20) == (20, None)            # the later stages keep theirs
+    assert plan.cap_now("core", caps, "loader", later + 2)[1].startswith("out of time: ")

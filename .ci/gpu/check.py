@@ -44,13 +44,18 @@ import summary  # noqa: E402
 NO_CUDA = 3
 PHOTOS = 4096
 BENCH = {  # stage -> (script, JSON name, arguments besides --data/--out, sized to fit the caps)
-    "loader": ("loader_img_s.py", "loader_img_s.json", ["--batches", "20", "--repeats", "2"]),
-    "prefetch": ("prefetch_overlap.py", "prefetch_overlap.json", ["--steps", "30"]),
-    "gpu_decode": ("gpu_decode.py", "gpu_decode.json", ["--batches", "15", "--repeats", "2"]),
-    "resnet50": ("resnet50.py", "resnet50.json", ["--epochs", "1"]),
-    "ddp": ("ddp.py", "ddp.json", []),
-    "grid_splice": ("grid_splice.py", "grid_splice.json", ["--images", "1024", "--repeats", "2"]),
-    "dali_decode": ("gpu_decode.py", "gpu_decode_dali.json", ["--batches", "15", "--repeats", "2"]),
+    "loader": ("bench/gpu/loader_img_s.py", "loader_img_s.json",
+               ["--batches", "20", "--repeats", "2", "--gil-seconds", "3"]),
+    "prefetch": ("bench/gpu/prefetch_overlap.py", "prefetch_overlap.json", ["--steps", "30"]),
+    "gpu_decode": ("bench/gpu/gpu_decode.py", "gpu_decode.json", ["--batches", "15", "--repeats", "2"]),
+    "resnet50": ("bench/gpu/resnet50.py", "resnet50.json", ["--epochs", "1"]),
+    "ddp": ("bench/gpu/ddp.py", "ddp.json", []),
+    "grid_splice": ("bench/gpu/grid_splice.py", "grid_splice.json", ["--images", "1024", "--repeats", "2"]),
+    # the worker engine's rows, the modes in order of value; a row is written as soon as it is measured
+    "scaling": ("bench/scaling.py", "scaling.json",
+                ["--engines", "processes", "--modes", "float,callable,recipe,uint8", "--workers", "16",
+                 "--seconds", "3"]),
+    "dali_decode": ("bench/gpu/gpu_decode.py", "gpu_decode_dali.json", ["--batches", "15", "--repeats", "2"]),
 }
 
 
@@ -73,7 +78,8 @@ class Check:
             [str(work / "site"), str(work / "site-dali"), str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
             LD_LIBRARY_PATH=os.pathsep.join(
                 [str(work / install.LIB_DIR)] + [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p]),
-            PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1")
+            PATH=os.pathsep.join([str(bin_dir), str(work / "site" / "bin"), os.environ.get("PATH", "")]),  # py-spy
+            PYTHONUNBUFFERED="1")
         self.caps = plan.plan(plan.CALLS[call], budget_s, scale)
         # every stage's marker starts with this work folder's: a later check there ends what an
         # earlier one, stopped at its call's limit, left running in a session of its own
@@ -146,13 +152,17 @@ class Check:
         out = self.work / "bench" / name
         out.parent.mkdir(exist_ok=True)
         out.unlink(missing_ok=True)
-        cmd = [self.python, f"bench/gpu/{script}", "--out", str(out), *extra]
-        if stage != "prefetch":
-            cmd += ["--data", self.data.get("packed", str(self.work / "data" / f"photos-{PHOTOS}.lmdb"))]
+        cmd = [self.python, script, "--out", str(out), *extra]
+        packed = self.data.get("packed", str(self.work / "data" / f"photos-{PHOTOS}.lmdb"))
+        if stage == "scaling":
+            cmd += ["--store", packed]
+        elif stage != "prefetch":
+            cmd += ["--data", packed]
         if stage == "loader":
             cmd += ["--folder", self.data.get("folder", str(self.work / "data" / f"photos-{PHOTOS}"))]
-        if stage in ("resnet50", "ddp"):   # their own timeout inside the cap, so they write their JSON
-            cmd += ["--timeout", f"{max(5.0, cap_s * (0.8 if stage == 'resnet50' else 0.4)):.0f}"]
+        if stage in ("resnet50", "ddp", "loader"):   # their own timeout inside the cap, so they write their JSON
+            share = {"resnet50": 0.8, "ddp": 0.4, "loader": 0.9}[stage]
+            cmd += ["--timeout", f"{max(5.0, cap_s * share):.0f}"]
         if stage == "ddp":
             cmd += ["--nproc", str(self.info.get("gpus") or 1)]   # world size = the GPUs present
         outcome = self.run(self.command(stage, cmd, cap_s), cap_s, self.logs / f"{self.call}.{stage}.log")
@@ -200,14 +210,14 @@ class Check:
         code = 0
         for i, name in enumerate(names):
             self.stage_now = name
-            later = sum(self.caps[n] for n in names[i + 1:] if n != REST_STAGE)
             left = deadline - time.monotonic() - plan.RESERVE_S * self.scale
-            cap = left if name == REST_STAGE else min(self.caps[name], left - later)
+            cap, why_not = plan.cap_now(self.call, self.caps, name, left, self.scale)
             started = time.monotonic()
             if code == NO_CUDA:
                 result = {"status": "skipped", "reason": "no CUDA device"}
-            elif cap < plan.MIN_CAP_S * self.scale:
-                result = {"status": "out of time", "reason": f"{max(cap, 0):.0f} s left for it"}
+            elif why_not is not None:
+                status, reason = why_not.split(": ", 1)
+                result = {"status": status, "reason": reason}
             else:
                 try:
                     result = self.stage(name, cap)

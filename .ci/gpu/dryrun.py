@@ -42,7 +42,7 @@ import procs  # noqa: E402
 
 DRY_MARKER = "FEEDLINE_GPU_DRY_RUN"
 STANDINS = {"smoke": "sleep", "data": "sleep", "loader": "sleep", "prefetch": "crash", "gpu_decode": "hang",
-            "resnet50": "sleep", "ddp": "sleep", "grid_splice": "sleep"}
+            "resnet50": "sleep", "ddp": "sleep", "grid_splice": "sleep", "scaling": "sleep"}
 TESTS = {
     "conftest.py": "def pytest_configure(config):\n    config.addinivalue_line('markers', 'cuda: a GPU test')\n",
     "test_cuda_1_pass.py": "import pytest\n\n@pytest.mark.cuda\ndef test_passes():\n    assert 1 + 1 == 2\n",

@@ -70,6 +70,11 @@ def setup(check, cap_s: float) -> dict:
             "[p for p in every if p not in nvidia.__path__]}\nprint(json.dumps(out))")
     imports = probe_json(check, code, max(5.0, end - time.monotonic()), "imports")
     bad = [k for k, v in imports.items() if isinstance(v, dict) and not v.get("ok")]
+    spy = check.site / "bin" / "py-spy"   # GIL figures (bench/scaling.py); a stage that lacks it says so
+    if spy.is_file():
+        outcome = check.run([str(spy), "--version"], 10, check.logs / f"{check.call}.py-spy.log")
+        result["py_spy"] = outcome.tail.strip()[-80:] if outcome.status == "ok" else \
+            f"{outcome.status}: {outcome.tail[-200:]}"
     print(f"check: installed {len(ready)} wheels into {check.site}; imports: "
           + ("all ok" if not bad and "error" not in imports else f"FAILED {bad or imports.get('error')}"), flush=True)
     return result | {"status": "ok" if ready and not bad and "error" not in imports and not problems else "failed",

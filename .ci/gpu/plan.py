@@ -14,7 +14,9 @@ Each stage's cap is its nominal seconds; the stages run in the order listed, the
 the later stages are cut first (a stage is planned only when at least MIN_CAP_S of its cap
 fits), so a short call still does the most valuable work. While the check runs, a stage
 never starts with less time left than the caps still planned after it need: a stage that
-finishes early gives its time to the last one.
+finishes early gives its time to the ones that take spare time: a ``spare`` stage costs
+nothing in the plan and runs only in what the earlier stages left (at least its
+``spare_min_s``, at most its nominal seconds), then "rest" gets the remainder.
 """
 from __future__ import annotations
 
@@ -35,9 +37,14 @@ class Stage:
     nominal_s: float       # REST: whatever is left
     what: str
     gpu: bool = True       # replaced by a stand-in in the dry run, its cap scaled there; setup runs for real
+    spare_min_s: float = 0  # > 0: a spare stage, run in time earlier stages left unused, if at least this much
 
     def cap_s(self, scale: float = 1.0) -> float:
         return self.nominal_s * (scale if self.gpu else 1.0)
+
+    @property
+    def spare(self) -> bool:
+        return self.spare_min_s > 0
 
 
 CORE = (
@@ -45,12 +52,15 @@ CORE = (
     Stage("smoke", 30, "(a) device, imports, one GPU full decode vs the CPU's, one GPU region decode in a child"),
     Stage("cuda_tests", 95, "(b) pytest -m cuda, one process per test file, per-test timeouts"),
     Stage("data", 50, "4,096 photo-like JPEGs on all cores, packed to LMDB: the benchmarks' data"),
-    Stage("loader", 45, "(c) FeedLoader threads on CUDA: loader_img_s (RRC 224, bf16 channels_last, 16 threads)"),
+    Stage("loader", 60, "(c) loader_img_s on CUDA (RRC 224, bf16 channels_last): 16 threads, 16 worker "
+          "processes and their GIL per image (py-spy)"),
     Stage("prefetch", 25, "(c) prefetch_overlap: the CUDA Finisher's copy hidden behind a step"),
     Stage("gpu_decode", 45, "(d) engine='gpu' (nvImageCodec) vs the CPU threads"),
     Stage("resnet50", 60, "(e) ResNet-50 bf16, real vs synthetic data, short"),
     Stage("ddp", 40, "(f) torchrun + NCCL, world size = GPU count; feedline train under torchrun"),
     Stage("grid_splice", 25, "(g) the grid splice bench: spliced crops vs region decode"),
+    Stage("scaling", 75, "bench/scaling.py's worker-engine rows on 16 cores: GIL per image per process",
+          spare_min_s=25),
     Stage(REST, 0, "pytest -m 'not cuda' with CUDA hidden (CUDA_VISIBLE_DEVICES=''), in whatever time is left"),
 )
 
@@ -70,13 +80,16 @@ CALLS = {"core": CORE, "dali": DALI}
 
 
 def full_budget(stages: tuple[Stage, ...], scale: float = 1.0) -> float:
-    """The budget every stage's nominal cap fits in (with ``scale``: the dry run's)."""
-    return sum(s.cap_s(scale) for s in stages) + RESERVE_S * scale
+    """The budget every stage's nominal cap fits in (with ``scale``: the dry run's); the
+    spare stages are not counted."""
+    return sum(s.cap_s(scale) for s in stages if not s.spare) + RESERVE_S * scale
 
 
 def plan(stages: tuple[Stage, ...], budget_s: float, scale: float = 1.0) -> dict[str, float]:
     """Stage name -> cap in seconds, in order; the caps sum to ``budget_s - RESERVE_S * scale``.
-    ``scale`` shrinks the nominal caps of the stages that need a GPU (the dry run's stand-ins)."""
+    ``scale`` shrinks the nominal caps of the stages that need a GPU (the dry run's stand-ins).
+    A spare stage is planned at 0 s (its time is what the earlier stages leave, at run time),
+    and only when every stage before it was planned."""
     room = budget_s - RESERVE_S * scale
     if room < MIN_CAP_S * scale:
         raise ValueError(f"a budget of {budget_s:.0f} s leaves no room for any stage "
@@ -85,6 +98,9 @@ def plan(stages: tuple[Stage, ...], budget_s: float, scale: float = 1.0) -> dict
     for stage in stages:
         if stage.name == REST:
             break
+        if stage.spare:
+            caps[stage.name] = 0.0
+            continue
         cap = min(stage.cap_s(scale), room)
         if cap < MIN_CAP_S * scale:
             break
@@ -107,11 +123,38 @@ def dali_budget_for(device_left_s: float) -> int:
     return int(max(0, min(DALI_BUDGET_S, device_left_s - 2 * RECEIVE_CALL_S - CALL_OVERHEAD_S)))
 
 
+def stage_named(call: str, name: str) -> Stage:
+    return next(s for s in CALLS[call] if s.name == name)
+
+
+def cap_now(call: str, caps: dict[str, float], name: str, left_s: float,
+            scale: float = 1.0) -> tuple[float, str | None]:
+    """Stage ``name``'s cap when it starts with ``left_s`` of the budget left (the reserve
+    already off), and why it does not run (None: it runs). The stages planned after it keep
+    their caps; "rest" gets all that is left; a spare stage what the others left, up to its
+    nominal seconds, and it runs only with at least its ``spare_min_s``."""
+    names = list(caps)
+    later = sum(caps[n] for n in names[names.index(name) + 1:] if n != REST)
+    stage = stage_named(call, name)
+    if name == REST:
+        cap = left_s
+    else:
+        cap = min(stage.cap_s(scale) if stage.spare else caps[name], left_s - later)
+    if stage.spare and cap < stage.spare_min_s * scale:
+        return cap, (f"no spare time: {max(cap, 0):.0f} s left by the earlier stages, "
+                     f"{stage.spare_min_s * scale:.0f} s needed")
+    if cap < MIN_CAP_S * scale:
+        return cap, f"out of time: {max(cap, 0):.0f} s left for it"
+    return cap, None
+
+
 def table(stages: tuple[Stage, ...], caps: dict[str, float], budget_s: float) -> str:
     lines = [f"budget {budget_s:.0f} s:"]
     for stage in stages:
         cap = caps.get(stage.name)
         shown = "not planned (budget)" if cap is None else f"{cap:6.1f} s"
+        if cap is not None and stage.spare:
+            shown = f"spare time, {stage.spare_min_s:.0f}-{stage.nominal_s:.0f} s"
         lines.append(f"  {stage.name:12} {shown:>8}  {stage.what}")
     lines.append(f"  {'(reserve)':12} {budget_s - sum(caps.values()):6.1f} s  the last summary write and a margin")
     return "\n".join(lines)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 BENCH_FILES = {"loader": "loader_img_s.json", "gpu_decode": "gpu_decode.json", "prefetch": "prefetch_overlap.json",
                "resnet50": "resnet50.json", "ddp": "ddp.json", "grid_splice": "grid_splice.json",
-               "dali_decode": "gpu_decode_dali.json"}
+               "dali_decode": "gpu_decode_dali.json", "scaling": "scaling.json"}
 STAGE_FIELDS = ("status", "signal", "cap_s", "seconds", "at_s", "reason", "returncode", "tail", "passed", "failed",
-                "skipped", "crashed", "timed_out", "running_when_stopped", "set", "orphans_killed")
+                "skipped", "crashed", "timed_out", "running_when_stopped", "set", "orphans_killed", "py_spy")
 LOG_TAIL = 64 * 1024   # bytes of each log kept in the results
 
 
@@ -71,7 +71,8 @@ def compose(stages: Path, results: Path) -> tuple[dict, Path]:
             shutil.copy2(src, out_dir / name)
             benches[stage] = _load(out_dir / name)
             paths[name.removesuffix(".json")] = f"bench/results/gpu/{kind}/{name}"
-    loader, decode, prefetch, resnet, ddp, splice, dali_decode = (benches.get(s, {}) for s in BENCH_FILES)
+    loader, decode, prefetch, resnet, ddp, splice, dali_decode, scaling = (benches.get(s, {}) for s in BENCH_FILES)
+    gil = loader.get("gil") or {}
     setup = ran.get("core.setup", {})
     dali_setup = ran.get("dali.setup", {})
     dali = dali_setup.get("imports", {}).get("dali", {})
@@ -81,6 +82,13 @@ def compose(stages: Path, results: Path) -> tuple[dict, Path]:
     figures = {
         "loader_img_s": loader.get("loader_img_s"), "torchvision_img_s": loader.get("torchvision_img_s"),
         "torchvision_uint8_img_s": loader.get("torchvision_uint8_img_s"),
+        "loader_processes_img_s": loader.get("loader_processes_img_s"),
+        "loader_processes_consumer_gil_ms_per_image": gil.get("consumer_gil_ms_per_image"),
+        "loader_processes_worker_gil_ms_per_own_image": gil.get("worker_gil_ms_per_own_image"),
+        "loader_processes_gil_per_worker": gil.get("per_worker"), "loader_processes_gil_reason": gil.get("reason"),
+        "scaling_processes": [{k: r.get(k) for k in ("mode", "workers", "img_s", "consumer_gil_ms_per_image",
+                                                     "worker_gil_ms_per_own_image")}
+                              for r in scaling.get("results", [])] or None,
         "cpu_threads_img_s": decode.get("cpu_threads_img_s"), "gpu_decode_img_s": decode.get("gpu_decode_img_s"),
         "dali_mixed_img_s": dali_decode.get("dali_mixed_img_s"),
         "fastest_nvimgcodec_backend": decode.get("fastest_backend"),

@@ -81,7 +81,8 @@ def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> 
     if decoder is None:
         raise ValueError("the thread engine needs its Decoder (feedline.selection.resolve_engine_and_decoder)")
     if config.engine is Engine.PROCESSES:
-        from .processes import ProcessBatches, writes_normalized
+        from .processes import ProcessBatches
+        from .shared_ring import writes_normalized
         if output.on_cuda:
             from .cuda_finisher import CudaFinisher
             finisher = CudaFinisher(output, t, targets, Filled(normalized=False, samples_applied=True))

@@ -19,79 +19,27 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import numpy as np
 import torch
 
-from ..config import LoaderConfig, OutputSpec
+from ..config import LoaderConfig
 from ..decoders.base import Decoder
 from ..plan import EpochPlan
 from ..stats import LoaderStats
 from .cuda_finisher import device_batches_bytes
-from .normalization import normalize_table
+from .host_pinning import HostPinning
 from .parts import EngineParts
 from .policy import BadRecordPolicy
 from .readahead import read_ahead
-from .ring import Ring, ring_slots
-from .shared_rows import Arena, RowFormat
+from .ring import ring_slots
+from .shared_ring import SharedRing, writes_normalized
 from .slot import Slot
-from .target_batches import TargetSpec, plan_targets, substitute_targets
+from .target_batches import plan_targets, substitute_targets
 from .threads import deliver
 from .worker_pool import WorkerPool
 from .worker_process import Chunk, ChunkDone, WorkerSetup
 
 CHUNKS_PER_WORKER = 4   # a batch is cut into about this many chunks per worker: balance, few messages
 DRAIN_S = 30.0          # an abandoned run's workers each finish the sample they are on within this
-
-# Output dtypes a worker writes normalized (numpy has them); others get uint8 pixels,
-# normalized per batch by the Finisher.
-_NUMPY_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.uint8: "uint8"}
-
-
-def writes_normalized(output: OutputSpec) -> bool:
-    """Whether the workers write the batch the host consumer receives (else uint8 pixels)."""
-    return not output.on_cuda and output.dtype in _NUMPY_DTYPES
-
-
-def row_format(config: LoaderConfig, size: tuple[int, int]) -> RowFormat:
-    output = config.output
-    if not writes_normalized(output):
-        return RowFormat(config.batch_size, tuple(size))
-    table = normalize_table(output.mean, output.std) if output.mean is not None else None
-    return RowFormat(config.batch_size, tuple(size), _NUMPY_DTYPES[output.dtype], output.channels_last, table)
-
-
-class SharedRing:
-    """The ring's Slots, each in an arena of its own that every worker maps. A Slot made
-    anew (its old tensors still held by the consumer, or a new size) gets a new arena; the
-    workers forget the old one, whose memory goes when the consumer lets go of it."""
-
-    def __init__(self, pool: WorkerPool, config: LoaderConfig, targets: TargetSpec | None, size):
-        self.pool, self.config, self.targets = pool, config, targets
-        self.format = row_format(config, size)
-        self.arena_of: dict[int, int] = {}       # ring position -> arena number
-        self._numbers = itertools.count()
-        on_cuda = config.output.on_cuda
-        self.ring = Ring(ring_slots(config.prefetch), size, self._make, reuse_held=on_cuda)
-
-    def _make(self, number: int) -> Slot:
-        fmt = self.format
-        arena = Arena(fmt.nbytes)
-        old, self.arena_of[number] = self.arena_of.get(number), next(self._numbers)
-        self.pool.give_arena(self.arena_of[number], fmt, arena)
-        if old is not None:
-            self.pool.drop_arena(old)
-        flat = torch.frombuffer(arena.memory, dtype=getattr(torch, fmt.dtype), count=int(np.prod(fmt.shape)))
-        images = flat.view(fmt.shape)
-        if not self.config.output.on_cuda and fmt.channels_last:
-            images = images.permute(0, 3, 1, 2)   # N x C x H x W in channels_last memory
-        labels = torch.empty(self.config.batch_size, dtype=torch.int64)
-        return Slot(number, images, labels, self.targets.allocate(False) if self.targets else None, fmt.size)
-
-    def drop(self) -> None:
-        for arena in self.arena_of.values():
-            self.pool.drop_arena(arena)
-        self.arena_of.clear()
-
 
 @dataclass
 class _Job:
@@ -222,7 +170,8 @@ class ProcessBatches:
                             self.bad_records.on_error.value == "substitute", os.getpid())
         self.pool = WorkerPool(setup, config.num_threads, config.decoder)
         self._closer = weakref.finalize(self, self.pool.close)
-        self.shared = SharedRing(self.pool, config, self.targets, config.augment.size)
+        self.pinning = HostPinning(config.output.device) if config.output.on_cuda else None
+        self.shared = SharedRing(self.pool, config, self.targets, config.augment.size, self.pinning)
         self._pool_lost = False
 
     @staticmethod
@@ -240,7 +189,7 @@ class ProcessBatches:
             self._renew()
         if self.shared.ring.size != tuple(epoch.spec.size):   # a size schedule moved: a new ring
             self.shared.drop()
-            self.shared = SharedRing(self.pool, self.config, self.targets, epoch.spec.size)
+            self.shared = SharedRing(self.pool, self.config, self.targets, epoch.spec.size, self.pinning)
         samples = epoch.samples(len(store))
         plans = epoch.batches(store.labels, store.sizes, start, samples=samples)
         policy = self.bad_records.policy(epoch, stats.ledger)
@@ -277,7 +226,7 @@ class ProcessBatches:
         self.pool = WorkerPool(self.pool.setup, self.config.num_threads, self.config.decoder)
         self._closer.detach()
         self._closer = weakref.finalize(self, self.pool.close)
-        self.shared = SharedRing(self.pool, self.config, self.targets, self.shared.ring.size)
+        self.shared = SharedRing(self.pool, self.config, self.targets, self.shared.ring.size, self.pinning)
         self._pool_lost = False
 
     def close(self) -> None:
