@@ -124,6 +124,10 @@ def test_interrupts_anywhere_in_the_loop_leave_a_loader_that_still_works(packed_
         expected = [(x.clone(), y.clone()) for x, y in loader]
 
         def interrupt(signum, frame):
+            while frame is not None and frame.f_code.co_filename != __file__:
+                if "_pytest" in frame.f_code.co_filename:
+                    return   # inside pytest's own hooks (reporting a swallowed one): the next alarm
+                frame = frame.f_back
             raise KeyboardInterrupt
 
         draw = random.Random(0)

@@ -218,11 +218,12 @@ class ProcessBatches:
                 ready = True
         finally:
             if not ready:
-                self.pool.close(kill=True)
                 self._pool_lost = True
+                self.pool.close(kill=True)
 
     def _renew(self) -> None:
         """New workers and a new ring, in place of those a failed drain stopped."""
+        self.pool.close(kill=True)   # finishes a close cut short
         self.pool = WorkerPool(self.pool.setup, self.config.num_threads, self.config.decoder)
         self._closer.detach()
         self._closer = weakref.finalize(self, self.pool.close)

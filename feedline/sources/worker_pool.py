@@ -67,6 +67,33 @@ def portable(setup: WorkerSetup, decoder_name: str | None) -> WorkerSetup:
     return replace(setup, store=store, decoder=decoder)
 
 
+def death_report(k: int, pid: int, code: int | None, held: int, store) -> WorkerError:
+    """What a user needs to know of worker ``k``'s end: how, on which record, and what to do."""
+    how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
+           else f"exited with code {code}")
+    record = (f"while it held record {held} ({store.path(held)}) of {store.filename}" if held != IDLE
+              else "between records")
+    hint = " (SIGKILL is what the OOM killer sends: lower num_workers or batch_size)" if code == -9 else ""
+    return WorkerError(f"feedline worker {k} (pid {pid}) {how} {record}{hint}. The loader cannot go on: "
+                       "make a new FeedLoader")
+
+
+def start_workers(context, setup: WorkerSetup, control: SharedFd, pool: "WorkerPool") -> None:
+    """``pool.count`` workers started, each with its end of a socket; the consumer's ends and
+    the processes go into ``pool.conns`` and ``pool.procs`` as they start."""
+    inherited = []   # the consumer's ends so far: a forked worker closes its copies
+    for k in range(pool.count):
+        here, there = context.Pipe(duplex=True)
+        proc = context.Process(target=serve, name=f"feedline-worker-{k}", daemon=True,
+                               args=(k, there, setup, control, pool.count,
+                                     tuple(inherited) if context.get_start_method() == "fork" else ()))
+        proc.start()
+        there.close()
+        pool.conns.append(here)
+        pool.procs.append(proc)
+        inherited.append(here.fileno())
+
+
 class WorkerPool:
     """``count`` worker processes serving ``setup``. Not thread-safe: one consumer drives it."""
 
@@ -82,19 +109,9 @@ class WorkerPool:
         self.error: WorkerError | None = None
         self._closed = False
         self._tokens = itertools.count()
-        context = multiprocessing.get_context(method)
-        self.conns, self.procs, inherited = [], [], []
+        self.conns, self.procs = [], []
         try:
-            for k in range(count):
-                here, there = context.Pipe(duplex=True)
-                proc = context.Process(target=serve, name=f"feedline-worker-{k}", daemon=True,
-                                       args=(k, there, setup, SharedFd(self._control.fd), count,
-                                             tuple(inherited) if method == "fork" else ()))
-                proc.start()
-                there.close()
-                self.conns.append(here)
-                self.procs.append(proc)
-                inherited.append(here.fileno())
+            start_workers(multiprocessing.get_context(method), setup, SharedFd(self._control.fd), self)
         except BaseException:
             self.close()
             raise
@@ -194,31 +211,23 @@ class WorkerPool:
     def _died(self, k: int):
         proc = self.procs[k]
         proc.join(0.5)
-        code = proc.exitcode
-        how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
-               else f"exited with code {code}")
-        held = int(self.control[1 + k])
-        store = self.setup.store
-        record = (f"while it held record {held} ({store.path(held)}) of {store.filename}" if held != IDLE
-                  else "between records")
-        hint = " (SIGKILL is what the OOM killer sends: lower num_workers or batch_size)" if code == -9 else ""
-        self.error = WorkerError(f"feedline worker {k} (pid {proc.pid}) {how} {record}{hint}. The loader "
-                                 "cannot go on: make a new FeedLoader")
+        self.error = death_report(k, proc.pid, proc.exitcode, int(self.control[1 + k]), self.setup.store)
         self.close(kill=True)   # the batches in flight are lost anyway: no waiting on the others
         raise self.error
 
     def close(self, kill: bool = False) -> None:
-        """Stop every worker and join it (killed after JOIN_S if it does not stop; at once with ``kill``)."""
-        if self._closed:
-            return
-        self._closed = True
-        self.control[0] += 1
-        for conn in self.conns:
-            try:
-                conn.send(("stop",))
-            except OSError:
-                pass
-        for proc in self.procs:
+        """Stop every worker and join it (killed after JOIN_S if it does not stop; at once with
+        ``kill``). A close cut short (Ctrl-C) is finished by the next call."""
+        if not self._closed:
+            self._closed = True
+            self.control[0] += 1
+            for conn in self.conns:
+                try:
+                    conn.send(("stop",))
+                except OSError:
+                    pass
+        while self.procs:
+            proc = self.procs[-1]
             if kill and proc.is_alive():
                 proc.kill()
             proc.join(JOIN_S)
@@ -226,9 +235,7 @@ class WorkerPool:
                 log.warning("feedline worker %s did not stop within %.0f s: killed", proc.name, JOIN_S)
                 proc.kill()
                 proc.join()
-        for conn in self.conns:
-            conn.close()
-        for proc in self.procs:
             proc.close()
-        self.procs = []
-        self.conns = []
+            self.procs.pop()
+        while self.conns:
+            self.conns.pop().close()
