@@ -1,6 +1,7 @@
 """How far can each engine scale with the cores? The GIL each process holds per image.
 
-    python bench/scaling.py [--quick] [--seconds S] [--workers N] [--engines threads,processes] [--save]
+    python bench/scaling.py [--quick] [--seconds S] [--workers N] [--engines threads,processes]
+                            [--modes recipe] [--layouts original] [--out PATH | --save]
 
 A Python thread that holds the GIL stops every other thread of its process: a process that
 holds it g seconds per image can never pass 1/g images/s, whatever the cores. For every
@@ -135,14 +136,14 @@ NATIVE_RUNNER = textwrap.dedent('''
 ''')
 
 
-def make_stores(folder: Path, n: int) -> dict[str, Path]:
-    """`feedline sample` photos packed twice, --layout original and --layout grid."""
+def make_stores(folder: Path, n: int, layouts=LAYOUTS) -> dict[str, Path]:
+    """`feedline sample` photos packed once per layout (--layout original, --layout grid)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     cli = [sys.executable, "-m", "feedline"]
     subprocess.run([*cli, "sample", "-n", str(n), str(folder / "photos")], check=True, env=env,
                    capture_output=True)
     stores = {}
-    for layout in LAYOUTS:
+    for layout in layouts:
         stores[layout] = folder / f"{layout}.lmdb"
         subprocess.run([*cli, "pack", str(folder / "photos"), str(stores[layout]), "--layout", layout, "--quiet"],
                        check=True, env=env, capture_output=True)
@@ -292,9 +293,14 @@ def main(argv=None) -> int:
     p.add_argument("--engines", default="threads,processes", help="engines to compare, comma-separated "
                    f"(and {NATIVE!r}: nvImageCodec's batched decode alone, in float mode only)")
     p.add_argument("--modes", default=None, help=f"comma-separated, of {','.join(MODES)}")
+    p.add_argument("--layouts", default=",".join(LAYOUTS), help=f"comma-separated, of {','.join(LAYOUTS)}")
     p.add_argument("--n", type=int, default=None, help="photos generated (default 2000, 300 quick)")
     p.add_argument("--save", action="store_true", help="write bench/results/scaling.json")
+    p.add_argument("--out", default=None, help="write the JSON there instead")
     a = p.parse_args(argv)
+    layouts = a.layouts.split(",")
+    if not set(layouts) <= set(LAYOUTS):
+        p.error(f"--layouts: of {','.join(LAYOUTS)}, got {a.layouts!r}")
     spy = shutil.which("py-spy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     if spy is None:
         p.error("py-spy is not installed: pip install py-spy")
@@ -305,8 +311,8 @@ def main(argv=None) -> int:
     load_before = load_average()
     rows = []
     with tempfile.TemporaryDirectory(prefix="scaling-data-") as tmp:
-        stores = make_stores(Path(tmp), n)
-        for layout in LAYOUTS:
+        stores = make_stores(Path(tmp), n, layouts)
+        for layout in layouts:
             for mode in modes:
                 for engine in engines:   # engines side by side, one after the other, on the same data
                     if engine == NATIVE and mode != "float":
@@ -327,7 +333,7 @@ def main(argv=None) -> int:
     say(format_table(table, [(k, k) for k in table[0]]))
     write_results(NAME, rows, {"workers": a.workers, "seconds": seconds, "rate": a.rate, "n": n, "quick": a.quick,
                                "load_average_before": load_before,
-                               "consumer_target_ms": CONSUMER_TARGET_MS}, machine=machine, quick=a.quick,
+                               "consumer_target_ms": CONSUMER_TARGET_MS}, a.out, machine=machine, quick=a.quick,
                   save=a.save)
     return 0
 
