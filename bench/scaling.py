@@ -1,6 +1,7 @@
 """How far can each engine scale with the cores? The GIL each process holds per image.
 
-    python bench/scaling.py [--quick] [--seconds S] [--workers N] [--engines threads,processes] [--save]
+    python bench/scaling.py [--quick] [--seconds S] [--workers N] [--engines threads,processes]
+                            [--modes recipe] [--layouts original] [--out PATH | --save]
     python bench/scaling.py --store photos.lmdb --modes cuda --engines processes --workers 16 --out gil.json
 
 A Python thread that holds the GIL stops every other thread of its process: a process that
@@ -153,14 +154,14 @@ def child_env() -> dict:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
 
 
-def make_stores(folder: Path, n: int) -> dict[str, Path]:
-    """`feedline sample` photos packed twice, --layout original and --layout grid."""
+def make_stores(folder: Path, n: int, layouts=LAYOUTS) -> dict[str, Path]:
+    """`feedline sample` photos packed once per layout (--layout original, --layout grid)."""
     env = child_env()
     cli = [sys.executable, "-m", "feedline"]
     subprocess.run([*cli, "sample", "-n", str(n), str(folder / "photos")], check=True, env=env,
                    capture_output=True)
     stores = {}
-    for layout in LAYOUTS:
+    for layout in layouts:
         stores[layout] = folder / f"{layout}.lmdb"
         subprocess.run([*cli, "pack", str(folder / "photos"), str(stores[layout]), "--layout", layout, "--quiet"],
                        check=True, env=env, capture_output=True)
@@ -312,9 +313,13 @@ def main(argv=None) -> int:
     p.add_argument("--modes", default=None, help=f"comma-separated, of {','.join(MODES)} (default: all but cuda)")
     p.add_argument("--store", type=Path, help="probe this packed store (layout 'given') instead of generated photos")
     p.add_argument("--out", type=Path, help="write the JSON here")
+    p.add_argument("--layouts", default=",".join(LAYOUTS), help=f"comma-separated, of {','.join(LAYOUTS)}")
     p.add_argument("--n", type=int, default=None, help="photos generated (default 2000, 300 quick)")
     p.add_argument("--save", action="store_true", help="write bench/results/scaling.json")
     a = p.parse_args(argv)
+    layouts = a.layouts.split(",")
+    if not set(layouts) <= set(LAYOUTS):
+        p.error(f"--layouts: of {','.join(LAYOUTS)}, got {a.layouts!r}")
     spy = shutil.which("py-spy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     if spy is None:
         p.error("py-spy is not installed: pip install py-spy")
@@ -331,7 +336,7 @@ def main(argv=None) -> int:
               "load_average_before": load_before, "consumer_target_ms": CONSUMER_TARGET_MS}
     machine = machine_info()
     with tempfile.TemporaryDirectory(prefix="scaling-data-") as tmp:
-        stores = {"given": a.store} if a.store else make_stores(Path(tmp), n)
+        stores = {"given": a.store} if a.store else make_stores(Path(tmp), n, layouts)
         for layout in stores:
             for mode in modes:
                 for engine in engines:   # engines side by side, one after the other, on the same data

@@ -8,6 +8,8 @@ these), scalar Python written from torchvision's and timm's source for the rest.
 - ``gaussian_blur``: torchvision's kernel and reflected borders, summed tap by tap in numpy.
 - ``erase_params``: RandomErasing.get_params, line by line, with given uniforms.
 - ``mixup_target`` / ``rand_bbox`` / ``mix_batch``: timm.data.mixup, element by element.
+- ``timm_mix`` / ``torchvision_mix``: timm's _mix_batch / _mix_elem / mixup_target and torchvision
+  v2's MixUp / CutMix, their torch statements as written, to compare bit for bit.
 """
 from __future__ import annotations
 
@@ -215,6 +217,49 @@ def mix_elem(x: np.ndarray, lam: list[float], boxes: list, partner=None) -> np.n
         else:
             out[i] = x[i] * lam[i] + x[j] * (1 - lam[i])
     return out
+
+
+def timm_mix(x: torch.Tensor, soft: torch.Tensor, lam, boxes: list, mode: str):
+    """timm 1.0.31's Mixup on a float batch with its draws given (``boxes[i]`` None: a blend):
+    _mix_batch's in-place flip, mul_ and add_ with a Python-float lambda; _mix_elem's loop with
+    a float32 lam_batch (_mix_pair is the same loop on the pairs); then mixup_target's mix of the
+    smoothed one-hot ``soft`` with the flipped one."""
+    x = x.clone()
+    if mode == "batch":
+        lam = float(lam[0])
+        if boxes[0] is not None:
+            yl, yh, xl, xh = boxes[0]
+            x[:, :, yl:yh, xl:xh] = x.flip(0)[:, :, yl:yh, xl:xh]
+        elif lam != 1.:
+            x_flipped = x.flip(0).mul_(1. - lam)
+            x.mul_(lam).add_(x_flipped)
+    else:
+        n = len(x)
+        lam_batch = np.asarray(lam, dtype=np.float32)
+        x_orig = x.clone()
+        for i in range(n):
+            j = n - i - 1
+            if boxes[i] is not None:
+                yl, yh, xl, xh = boxes[i]
+                x[i][:, yl:yh, xl:xh] = x_orig[j][:, yl:yh, xl:xh]
+            elif lam_batch[i] != 1.:
+                x[i] = x[i] * lam_batch[i] + x_orig[j] * (1 - lam_batch[i])
+        lam = torch.tensor(lam_batch, dtype=x.dtype).unsqueeze(1)
+    return x, soft * lam + soft.flip(0) * (1. - lam)
+
+
+def torchvision_mix(x: torch.Tensor, soft: torch.Tensor, lam: float, box):
+    """torchvision 0.29's MixUp._transform (``box`` None) and CutMix._transform, one lambda per
+    batch: the rolled batch blended as ``inpt.roll(1, 0).mul_(1.0 - lam).add_(inpt.mul(lam))``,
+    or the box pasted from it; the labels blended the same way."""
+    lam = float(lam)
+    if box is None:
+        out = x.roll(1, 0).mul_(1.0 - lam).add_(x.mul(lam))
+    else:
+        y1, y2, x1, x2 = box
+        out = x.clone()
+        out[..., y1:y2, x1:x2] = x.roll(1, 0)[..., y1:y2, x1:x2]
+    return out, soft.roll(1, 0).mul_(1.0 - lam).add_(soft.mul(lam))
 
 
 def rolled(i: int) -> int:

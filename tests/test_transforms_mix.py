@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import oracles_transforms as oracle
-from feedline.transforms import BatchTransforms, CutMix, Mixup, MixUp
+from feedline.transforms import BatchTransforms, CutMix, Mixup, MixUp, mix
 
 PHOTOS = np.stack([oracle.photo(i, 40, 56) for i in range(5)])
 LABELS = torch.tensor([3, 0, 7, 3, 9])
@@ -39,6 +39,32 @@ def test_mixed_images_and_targets_follow_timm_and_torchvision(mixer):
         assert np.allclose(targets.sum(1).numpy(), 1.0, atol=1e-6)
         checked.update("cut" if c else ("mix" if lam < 1 else "none")
                        for c, lam in zip(params["cutmix"], params["lam"]))
+    assert checked >= ({"mix"} if isinstance(mixer, MixUp) else {"cut"} if isinstance(mixer, CutMix)
+                       else {"mix", "cut"})
+
+
+@pytest.mark.parametrize("mixer", [Mixup(0.8, 1.0, num_classes=10), Mixup(0.8, 1.0, mode="elem", num_classes=10),
+                                   Mixup(0.8, 1.0, mode="pair", num_classes=10), MixUp(0.4, num_classes=10),
+                                   CutMix(1.0, num_classes=10)])
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_mixing_is_timms_and_torchvisions_arithmetic_bit_for_bit(mixer, layout):
+    """The batched blends, boxes and target mixes give the very floats of timm's and
+    torchvision's own statements, in either memory layout, batch after batch (every batch of
+    a mode draws another mix of blends, boxes and untouched samples)."""
+    x = (batch() - 0.45) / 0.22   # normalized, as the loader hands it over: negative values too
+    soft = mix.soft_targets(LABELS, 10, mixer.label_smoothing, "test")
+    checked = set()
+    for first in range(0, 60, 5):
+        params = mixer.draw(3, 0, np.arange(first, first + 5), 40, 56)
+        images, targets = mixer.apply(x.clone().contiguous(memory_format=layout), LABELS, params)
+        boxes = [tuple(b) if c else None for b, c in zip(params["boxes"].tolist(), params["cutmix"])]
+        if isinstance(mixer, (MixUp, CutMix)):
+            want_x, want_y = oracle.torchvision_mix(x, soft, params["lam"][0], boxes[0])
+        else:
+            want_x, want_y = oracle.timm_mix(x, soft, params["lam"], boxes, mixer.mode)
+        assert torch.equal(images, want_x) and torch.equal(targets, want_y)
+        assert images.is_contiguous(memory_format=layout)
+        checked.update("cut" if b else ("mix" if lam < 1 else "none") for b, lam in zip(boxes, params["lam"]))
     assert checked >= ({"mix"} if isinstance(mixer, MixUp) else {"cut"} if isinstance(mixer, CutMix)
                        else {"mix", "cut"})
 

@@ -13,7 +13,11 @@ torchvision's MixUp and CutMix pair sample i with sample i - 1 (``roll(1)``), on
 batch; CutMix's box has half sides int(0.5 * sqrt(1 - lambda) * W) (and H) around a uniform
 pixel, clipped. Every draw is a pure function of (seed, epoch, the batch's first sample index),
 so thread count and resume point cannot change it. Images are N x C x H x W tensors (any
-device, uint8 or float).
+device, uint8 or float, finite: a sample's unmixed pixels are computed as x * 1 + partner * 0).
+
+The mixing is a few whole-batch tensor operations with timm's and torchvision's own formulas
+and rounding, never Python per sample or pair: torch runs them without the GIL, which the
+training process needs for its own step.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import numpy as np
 import torch
 
 from .base import check_probability
+from .scratch import Scratch
 from .streams import generator, stream_of
 
 
@@ -71,36 +76,55 @@ def soft_targets(targets: torch.Tensor, num_classes: int | None, smoothing: floa
     return out.scatter_(1, targets.long()[:, None], 1.0 - smoothing + off)
 
 
-def mix_pairs(x: torch.Tensor, lam, cutting, boxes) -> None:
-    """In place, timm's pairing: each sample i with its partner j = n - 1 - i, one pair at a
-    time, holding one sample's copy (i's original, for j); a cut sample takes the partner's
-    pixels in its box, the others blend lam * x + (1 - lam) * partner. The middle sample of an
-    odd batch is its own partner: unchanged."""
-    n = x.shape[0]
-    original = torch.empty_like(x[0]) if n > 1 else None
-    for i in range(n // 2):
-        j = n - 1 - i
-        original.copy_(x[i])
-        for k, partner in ((i, x[j]), (j, original)):
-            if cutting[k]:
-                y0, y1, x0, x1 = (int(v) for v in boxes[k])
-                x[k, :, y0:y1, x0:x1] = partner[:, y0:y1, x0:x1]
-            else:
-                x[k].lerp_(partner, 1.0 - float(lam[k]))
+def blend_weights(lam, one_draw: bool, device):
+    """(w, 1 - w) as timm computes them: one lambda per batch as Python floats, 1 - lambda in
+    double (timm's _mix_batch and mixup_target, torchvision's MixUp); else float32 (N,)
+    tensors, 1 - lambda in float32 (timm's _mix_elem and _mix_pair keep a float32 lam_batch)."""
+    if one_draw:
+        return float(lam[0]), 1.0 - float(lam[0])
+    w = torch.as_tensor(np.asarray(lam, dtype=np.float32), device=device)
+    return w, 1 - w
 
 
-def mix_rolled(x: torch.Tensor, lam, cutting, boxes) -> torch.Tensor:
-    """torchvision's pairing: sample i with sample i - 1 (the first with the last), as
-    ``roll(1, 0)``; returns the mixed batch (torchvision keeps the rolled copy too)."""
-    rolled = x.roll(1, 0)
-    out = x.clone()
-    for k in range(x.shape[0]):
-        if cutting[k]:
-            y0, y1, x0, x1 = (int(v) for v in boxes[k])
-            out[k, :, y0:y1, x0:x1] = rolled[k, :, y0:y1, x0:x1]
-        else:
-            out[k].lerp_(rolled[k], 1.0 - float(lam[k]))
-    return out
+def box_mask(out: torch.Tensor, boxes: np.ndarray, cutting: np.ndarray) -> torch.Tensor:
+    """``out`` (N x 1 x H x W, float) set to 1 inside sample k's box (y0, y1, x0, x1) where
+    ``cutting[k]``, 0 elsewhere: rows and columns compared with aranges, then multiplied."""
+    height, width, device = out.shape[-2], out.shape[-1], out.device
+    b = torch.as_tensor(np.where(cutting[:, None], boxes, 0), device=device)
+    ys = torch.arange(height, device=device).view(1, 1, height, 1)
+    xs = torch.arange(width, device=device).view(1, 1, 1, width)
+    rows = ((ys >= b[:, 0, None, None, None]) & (ys < b[:, 1, None, None, None])).to(out.dtype)
+    cols = ((xs >= b[:, 2, None, None, None]) & (xs < b[:, 3, None, None, None])).to(out.dtype)
+    return torch.mul(rows, cols, out=out)
+
+
+def mix_with_partners(x: torch.Tensor, partners: torch.Tensor, lam, cutting, boxes, one_draw: bool,
+                      scratch: tuple[Scratch, Scratch]) -> torch.Tensor:
+    """In place, sample k with sample ``partners[k]``: a cut sample takes the partner's pixels in
+    its box, the others blend x * lam + partner * (1 - lam), timm's formula and rounding. Whole
+    batch tensor ops, no Python per sample; ``scratch`` holds the partners' copy and the boxes'
+    mask. ``one_draw``: every sample shares sample 0's draw (timm's mode "batch",
+    torchvision's): one box slice, or one blend with Python-float weights, as they do."""
+    cutting = np.asarray(cutting, bool)
+    blending = ~cutting & (np.asarray(lam) != 1.0)
+    if not (cutting.any() or blending.any()):
+        return x
+    if one_draw and cutting[0]:   # only the box's pixels copied: one slice, as timm's _mix_batch
+        y0, y1, x0, x1 = (int(v) for v in boxes[0])
+        x[:, :, y0:y1, x0:x1] = x[:, :, y0:y1, x0:x1].index_select(0, partners)
+        return x
+    partner = torch.index_select(x, 0, partners, out=scratch[0].like(x))   # x is written below
+    if cutting.any():
+        # lerp with a weight of exactly 0 or 1 keeps x or takes the partner, bit for bit
+        # (torch.where with a broadcast mask is several times slower on the CPU)
+        n, _, height, width = x.shape
+        x.lerp_(partner, box_mask(scratch[1].empty((n, 1, height, width), x.dtype, x.device), boxes, cutting))
+    if blending.any():   # a sample that does not blend gets (1, 0): x * 1 + partner * 0 is x
+        w, w1 = blend_weights(np.where(blending, lam, 1.0), one_draw, x.device)
+        if not one_draw:
+            w, w1 = w.view(-1, 1, 1, 1), w1.view(-1, 1, 1, 1)
+        x.mul_(w).add_(partner.mul_(w1))
+    return x
 
 
 class Mixup:
@@ -130,6 +154,7 @@ class Mixup:
         self.mode, self.correct_lam, self.num_classes = mode, correct_lam, num_classes
         self.multi_label = bool(multi_label)
         self._occurrence = 0
+        self._scratch = (Scratch(), Scratch())   # the partners' copy and the boxes' mask, kept between batches
 
     @property
     def stream(self) -> int:
@@ -162,12 +187,9 @@ class Mixup:
             params = {key: _pairs_to_samples(v, n, key) for key, v in params.items()}
         return params
 
-    def _mix_images(self, x: torch.Tensor, params: dict) -> torch.Tensor:
-        mix_pairs(x, params["lam"], params["cutmix"], params["boxes"])
-        return x
-
-    def _partner(self, t: torch.Tensor) -> torch.Tensor:
-        return t.flip(0)
+    def _partners(self, n: int, device) -> torch.Tensor:
+        """timm's partners (``flip(0)``): sample n - 1 - i for sample i; an odd middle is its own."""
+        return torch.arange(n - 1, -1, -1, device=device)
 
     def apply(self, images: torch.Tensor, targets: torch.Tensor, params: dict, multi_hot: bool = False):
         """Mixed images (same dtype) and mixed probability targets (N, C) float32. Float images
@@ -176,11 +198,16 @@ class Mixup:
         owner = f"{type(self).__name__}(batch_transforms)"
         soft = soft_targets(targets.to(images.device), self.num_classes, self.label_smoothing, owner,
                             self.multi_label or multi_hot)
-        mixed = self._mix_images(images.float(), params)
+        one_draw = self.mode == "batch"
+        partners = self._partners(len(images), images.device)
+        mixed = mix_with_partners(images.float(), partners, params["lam"], params["cutmix"], params["boxes"],
+                                  one_draw, self._scratch)
         if not images.is_floating_point():
             mixed = mixed.round_().clamp_(0, 255)
-        lam_t = torch.as_tensor(params["lam"], dtype=torch.float32, device=images.device).reshape(-1, 1)
-        return mixed.to(images.dtype), soft * lam_t + self._partner(soft) * (1 - lam_t)
+        w, w1 = blend_weights(params["lam"], one_draw, images.device)
+        if not one_draw:
+            w, w1 = w.view(-1, 1), w1.view(-1, 1)
+        return mixed.to(images.dtype), soft * w + soft[partners] * w1
 
     def __call__(self, images, targets, *, seed: int, epoch: int, indices, multi_hot: bool = False):
         return self.apply(images, targets, self.draw(seed, epoch, indices, *images.shape[-2:]), multi_hot)
@@ -209,11 +236,9 @@ class _TorchvisionMixer(Mixup):
     def _cut_boxes(self, lam, cy, cx, height: int, width: int):
         return torchvision_cut_boxes(lam, cy, cx, height, width)
 
-    def _mix_images(self, x: torch.Tensor, params: dict) -> torch.Tensor:
-        return mix_rolled(x, params["lam"], params["cutmix"], params["boxes"])
-
-    def _partner(self, t: torch.Tensor) -> torch.Tensor:
-        return t.roll(1, 0)
+    def _partners(self, n: int, device) -> torch.Tensor:
+        """torchvision's partners (``roll(1, 0)``): sample i - 1 for sample i, the last for the first."""
+        return (torch.arange(n, device=device) - 1) % n
 
 
 class MixUp(_TorchvisionMixer):
