@@ -30,7 +30,7 @@ class Engine(Choice):
     """Who produces the batches. The per-image codec of the thread engine is chosen apart,
     with ``decoder=`` (a name in feedline.decoders' open registry, or a Decoder)."""
 
-    AUTO = "auto"        # dali on a CUDA device when DALI imports, else threads; logged once
+    AUTO = "auto"        # dali on a CUDA device when DALI imports, else processes (threads for num_workers=0)
     THREADS = "threads"  # per-image decoders (decoder=) on CPU threads, a ring of batch buffers
     PROCESSES = "processes"  # the same decoders in worker processes writing into shared batch buffers
     DALI = "dali"        # one NVIDIA DALI pipeline: nvJPEG on a GPU, CPU operators without one

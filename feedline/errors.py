@@ -4,6 +4,9 @@
 class FeedlineError(Exception):
     """Base class of every error feedline raises on purpose."""
 
+    def __reduce__(self):   # its fields too (index, path, detail), across a worker process's pipe
+        return type(self), self.args, self.__dict__
+
 
 class StoreError(FeedlineError):
     """A data file that cannot be opened or read as a feedline store."""
@@ -27,7 +30,7 @@ class ChecksumError(StoreError):
         self.path = path
 
     def __reduce__(self):  # picklable with its fields, e.g. across a process pool
-        return type(self), (str(self), self.filename, self.index, self.path)
+        return type(self), (str(self), self.filename, self.index, self.path), self.__dict__
 
 
 class PackError(FeedlineError):

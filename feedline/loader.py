@@ -84,7 +84,7 @@ class FeedLoader:
         output = output_spec(output, device, mean=mean, std=std, dtype=dtype)
         augment = augment_spec(augment, size=size if (schedule := schedule_of(size)) is None else schedule.at(0),
                                train=train)
-        chosen = resolve_engine_and_decoder(engine, decoder, output.device, self.store)
+        chosen = resolve_engine_and_decoder(engine, decoder, output.device, self.store, num_workers=num_workers)
         self.config = LoaderConfig(
             batch_size=batch_size, order=choose_order(shuffle, order.order, is_remote(self.store)), drop_last=drop_last, seed=seed,
             num_threads=choose_threads(num_workers), prefetch=prefetch, engine=chosen.engine,

@@ -47,11 +47,14 @@ class Selection:
 
 
 def resolve_engine_and_decoder(engine="auto", decoder="auto", device: str = "cpu", store=None, *,
-                               strict: bool | None = None, log_level: int = logging.INFO) -> Selection:
+                               strict: bool | None = None, log_level: int = logging.INFO,
+                               num_workers: int | str = "auto") -> Selection:
     """The engine and decoder a loader on ``device`` reading ``store`` uses.
 
     ``engine``: "auto" is "dali" on a CUDA device when DALI imports and no decoder is
-    named, else "threads". ``decoder``: a registered name, "auto", or a Decoder instance
+    named, else "processes" (worker processes, each with its own GIL: the per-image Python
+    scales with the cores), or "threads" for ``num_workers=0`` (DataLoader's "decode in this
+    process", where a debugger can follow a transform). ``decoder``: a registered name, "auto", or a Decoder instance
     (used as it is). ``strict=None`` is the loader's rule (strict, unless ``store`` proves
     at pack time that every record decodes: then the faster lenient region decode);
     ``strict=True`` is verify's (strict mode wherever the decoder has one). Unknown
@@ -60,7 +63,7 @@ def resolve_engine_and_decoder(engine="auto", decoder="auto", device: str = "cpu
     engine, decoder = check_names(engine, decoder)
     device = str(device)
     if engine is Engine.AUTO:
-        engine = _auto_engine(decoder, device, log_level)
+        engine = _auto_engine(decoder, device, log_level, in_process=num_workers == 0)
     if engine in (Engine.THREADS, Engine.PROCESSES):   # the same per-image decoder, on threads or in workers
         return Selection(engine, thread_decoder(decoder, store, strict, log_level))
     if engine is Engine.GPU and not device.startswith("cuda"):
@@ -157,17 +160,18 @@ def _build(name: str, **options) -> "Decoder":
         raise BackendUnavailable(f"decoder {name!r} is unavailable: {exc}") from None
 
 
-def _auto_engine(decoder, device: str, log_level: int) -> Engine:
+def _auto_engine(decoder, device: str, log_level: int, in_process: bool) -> Engine:
+    cpu = Engine.THREADS if in_process else Engine.PROCESSES
     if not (isinstance(decoder, str) and decoder == "auto"):
-        return Engine.THREADS   # a decoder was named: the thread engine runs it
+        return cpu   # a decoder was named: the per-image engine runs it
     if not device.startswith("cuda"):
-        return Engine.THREADS
+        return cpu
     reason = missing_library_reason(*DALI)
     if reason is None:
         _log_once(log_level, f"engine 'auto' -> 'dali' (device {device})")
         return Engine.DALI
-    _log_once(log_level, f"engine 'auto' -> 'threads' (device {device}; {reason})")
-    return Engine.THREADS
+    _log_once(log_level, f"engine 'auto' -> '{cpu.value}' (device {device}; {reason})")
+    return cpu
 
 
 def _split_deprecated(engine, decoder):

@@ -212,7 +212,8 @@ def test_substitution_keeps_the_batch_shape_and_is_in_the_ledger(folder_with_a_b
 
 
 def test_no_threads_leak_after_break_or_close(packed_lmdb):
-    loader = FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_workers=2, device="cpu")
+    """The thread engine's decode threads (the worker engine's processes: test_sources_worker_pool)."""
+    loader = FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_workers=2, device="cpu", engine="threads")
     for _ in loader:
         assert len(decode_threads()) == 2
         break
@@ -221,7 +222,7 @@ def test_no_threads_leak_after_break_or_close(packed_lmdb):
     next(it)
     loader.close()
     assert decode_threads() == []
-    with FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_workers=2, device="cpu") as ctx:
+    with FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_workers=2, device="cpu", engine="threads") as ctx:
         next(iter(ctx))
     gc.collect()
     assert decode_threads() == []

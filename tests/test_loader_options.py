@@ -22,7 +22,8 @@ def test_defaults_are_the_documented_ones(packed_lmdb):
     assert (c.prefetch, c.rank, c.world_size, c.even_shards, c.pin_memory) == (2, 0, 1, True, False)
     assert not c.augment.train and c.augment.size == (224, 224) and c.augment.flip  # flip: with train=True
     assert c.output.channels_last is False   # on the CPU; True on CUDA
-    assert c.engine is Engine.THREADS and c.decoder not in ("auto", None)  # a CPU decoder, resolved
+    assert c.engine is Engine.PROCESSES and c.decoder not in ("auto", None)  # a CPU decoder, resolved
+    assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=0).config.engine is Engine.THREADS  # "here"
 
 
 def test_num_workers_sets_the_threads(packed_lmdb):
@@ -82,7 +83,7 @@ def test_one_record_loads_and_no_record_is_a_clear_error(tmp_path):
 
 def test_repr_says_what_the_loader_reads_and_how(packed_lmdb):
     loader = small(packed_lmdb, batch_size=16)
-    assert repr(loader) == (f"FeedLoader({loader.store.filename!r}, batch_size=16, engine='threads', decoder='opencv', "
+    assert repr(loader) == (f"FeedLoader({loader.store.filename!r}, batch_size=16, engine='processes', decoder='opencv', "
                             "threads=2, device='cpu', 3 batches/epoch)")
 
 

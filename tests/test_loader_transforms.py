@@ -68,7 +68,9 @@ def test_a_user_hook_gets_the_crop_and_a_generator(packed_lmdb):
         seen.append(float(rng.random()))
         return 255 - image
 
-    with loader(packed_lmdb, transforms=[invert], batch_transforms=[], mean=None, shuffle=False) as hooked, \
+    # ``seen`` is this process's list: the thread engine calls the hook here
+    with loader(packed_lmdb, transforms=[invert], batch_transforms=[], mean=None, shuffle=False,
+                engine="threads") as hooked, \
             loader(packed_lmdb, transforms=[], batch_transforms=[], mean=None, shuffle=False) as plain:
         (a, _), (b, _) = epoch(hooked, 1)[0], epoch(plain, 1)[0]
     assert torch.equal(a, 255 - b) and len(set(seen)) == len(seen) >= 8   # the ring fills ahead

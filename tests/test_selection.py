@@ -52,14 +52,18 @@ def mine():
 
 def test_a_registered_decoder_runs_a_loader_epoch(packed_lmdb, mine):
     kwargs = dict(batch_size=8, size=32, num_workers=2, device="cpu", seed=4, shuffle=True, train=True)
-    with FeedLoader(str(packed_lmdb), decoder="mine", **kwargs) as loader, \
+    # ``mine`` counts the decodes of this process: the thread engine's; the workers' own copies count theirs
+    with FeedLoader(str(packed_lmdb), decoder="mine", engine="threads", **kwargs) as loader, \
+            FeedLoader(str(packed_lmdb), decoder="mine", **kwargs) as workers, \
             FeedLoader(str(packed_lmdb), decoder="pil", **kwargs) as pil:
         assert (loader.config.engine, loader.config.decoder) == (Engine.THREADS, "mine")
+        assert (workers.config.engine, workers.config.decoder) == (Engine.PROCESSES, "mine")
         assert isinstance(loader.source.decoder, CountingPil)
-        got, want = list(loader), list(pil)
-    assert len(mine) == 48 and len(got) == len(want) == 6
-    for (x, y), (px, py) in zip(got, want):
+        got, want, theirs = list(loader), list(pil), list(workers)
+    assert len(mine) == 48 and len(got) == len(want) == len(theirs) == 6
+    for (x, y), (px, py), (wx, wy) in zip(got, want, theirs):
         assert torch.equal(y, py) and (x - px).abs().mean() < 0.05   # the same crops, decoded by "mine"
+        assert torch.equal(x, wx) and torch.equal(y, wy)             # in workers too
 
 
 def test_a_registered_decoder_verifies_a_store(packed_lmdb, mine):
@@ -116,11 +120,13 @@ def test_registering_refuses_engine_names_taken_names_and_non_factories(mine):
 
 # -- engine and decoder ----------------------------------------------------------------------
 
-def test_auto_on_a_cpu_is_the_thread_engine_with_the_best_strict_decoder():
+def test_auto_on_a_cpu_is_the_worker_engine_with_the_best_strict_decoder():
     chosen = resolve_engine_and_decoder("auto", "auto", "cpu")
-    assert chosen.engine is Engine.THREADS and chosen.decoder_name == "nvimgcodec" and chosen.decoder.strict
-    named = resolve_engine_and_decoder("auto", "opencv", "cuda:0")   # a decoder named: the threads run it
-    assert (named.engine, named.decoder_name) == (Engine.THREADS, "opencv")
+    assert chosen.engine is Engine.PROCESSES and chosen.decoder_name == "nvimgcodec" and chosen.decoder.strict
+    named = resolve_engine_and_decoder("auto", "opencv", "cuda:0")   # a decoder named: the workers run it
+    assert (named.engine, named.decoder_name) == (Engine.PROCESSES, "opencv")
+    here = resolve_engine_and_decoder("auto", "auto", "cpu", num_workers=0)   # DataLoader's "in this process"
+    assert here.engine is Engine.THREADS
     instance = get_decoder("pil")
     assert resolve_engine_and_decoder("threads", instance, "cpu").decoder is instance
 

@@ -75,7 +75,8 @@ def test_a_loader_left_open_does_not_keep_the_process_alive(packed_lmdb):
     the decode threads do not hold the interpreter open."""
     # In this process first (where mutation testing sees which code a test reaches): the
     # decode threads a loader starts are daemons.
-    loader = FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_workers=2, device="cpu", decoder="opencv")
+    loader = FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_workers=2, device="cpu", decoder="opencv",
+                        engine="threads")
     it = iter(loader)
     next(it)
     threads = [t for t in threading.enumerate() if t.name.startswith("feedline-decode")]
@@ -98,7 +99,8 @@ def test_a_loader_left_open_does_not_keep_the_process_alive(packed_lmdb):
 def test_the_thread_time_of_each_stage_is_a_share_of_the_epoch(packed_lmdb):
     """read_s, decode_s and copy_s are seconds the decode threads spent in each stage:
     positive, and none more than the epoch's wall time times the number of threads."""
-    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=32, num_workers=2, device="cpu", decoder="opencv")
+    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=32, num_workers=2, device="cpu", decoder="opencv",
+                        engine="threads")
     started = time.perf_counter()
     assert sum(len(y) for _, y in loader) == 48
     elapsed = time.perf_counter() - started

@@ -1,6 +1,6 @@
-"""The thread path on the host: decode threads write into the tensors the consumer receives,
-reused from a ring while nobody holds them, never overwritten while anybody does; the
-epoch's order is computed once."""
+"""The host path of both CPU engines: decode threads or worker processes write into the
+tensors the consumer receives, reused from a ring while nobody holds them, never
+overwritten while anybody does; the epoch's order is computed once."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,10 +24,15 @@ def epoch_batches(loader, epoch, keep=None):
     return got
 
 
-def test_a_consumer_that_lets_go_gets_the_ring_again_with_the_right_pixels(packed_lmdb):
+ENGINES = pytest.mark.parametrize("engine", ["threads", "processes"])
+
+
+@ENGINES
+def test_a_consumer_that_lets_go_gets_the_ring_again_with_the_right_pixels(packed_lmdb, engine):
     """Batches come from the ring's few slots, epoch after epoch (no new memory, no copy),
     and hold the same values as batches that were each kept (each then a new tensor)."""
-    with FeedLoader(str(packed_lmdb), **KW) as reused, FeedLoader(str(packed_lmdb), **KW) as kept:
+    with FeedLoader(str(packed_lmdb), engine=engine, **KW) as reused, \
+            FeedLoader(str(packed_lmdb), engine=engine, **KW) as kept:
         got = epoch_batches(reused, 0) + epoch_batches(reused, 1)
         held = []
         want = epoch_batches(kept, 0, held.append) + epoch_batches(kept, 1, held.append)
@@ -40,12 +45,13 @@ def test_a_consumer_that_lets_go_gets_the_ring_again_with_the_right_pixels(packe
         assert torch.equal(y, wy) and torch.equal(x, wx)
 
 
+@ENGINES
 @pytest.mark.parametrize("hold", ["view", "numpy", "row"])
-def test_anything_still_sharing_a_batchs_memory_keeps_it_intact(packed_lmdb, hold):
+def test_anything_still_sharing_a_batchs_memory_keeps_it_intact(packed_lmdb, hold, engine):
     """A view, a numpy array or one row of a batch, kept after the batch itself is dropped,
     still reads what was delivered: the ring gives that slot new tensors instead."""
     make = {"view": lambda x: x[:2], "numpy": lambda x: x.numpy(), "row": lambda x: x[3].permute(1, 2, 0)}[hold]
-    with FeedLoader(str(packed_lmdb), **KW) as loader:
+    with FeedLoader(str(packed_lmdb), engine=engine, **KW) as loader:
         it = iter(loader)
         x, _ = next(it)
         part = make(x)
@@ -104,8 +110,11 @@ def vm_flags(address: int) -> tuple[int, int, set[str]]:
 
 def test_fresh_host_batches_ask_for_huge_pages(packed_lmdb):
     """Each batch the host ring allocates is advised MADV_HUGEPAGE over every whole
-    2 MiB page it covers (the kernel marks such a mapping 'hg'), and over nothing else."""
-    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=224, num_workers=2, device="cpu", decoder="opencv")
+    2 MiB page it covers (the kernel marks such a mapping 'hg'), and over nothing else. (The
+    worker engine's batches are shared memory, whose huge pages are the system's choice:
+    /sys/kernel/mm/transparent_hugepage/shmem_enabled.)"""
+    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=224, num_workers=2, device="cpu", decoder="opencv",
+                        engine="threads")
     batches = [x for x, _ in loader]
     assert len(batches) == 6
     for x in batches:

@@ -30,7 +30,7 @@ from .host_pinning import HostPinning
 from .parts import EngineParts
 from .policy import BadRecordPolicy
 from .readahead import read_ahead
-from .ring import ring_slots
+from .ring import Ring, ring_slots
 from .shared_ring import SharedRing, writes_normalized
 from .slot import Slot
 from .target_batches import plan_targets, substitute_targets
@@ -164,7 +164,8 @@ class ProcessBatches:
 
     def __init__(self, store, config: LoaderConfig, decoder: Decoder, parts: EngineParts):
         self.store, self.config, self.decoder = store, config, decoder
-        self.targets, self.bad_records, self.finisher = parts.targets, parts.bad_records, parts.finisher
+        self.transforming, self.targets = parts.transforming, parts.targets
+        self.bad_records, self.finisher = parts.bad_records, parts.finisher
         t = parts.transforming
         setup = WorkerSetup(store, decoder, t.host if t is not None and t.per_sample else None, config.seed,
                             self.bad_records.on_error.value == "substitute", os.getpid())
@@ -229,6 +230,11 @@ class ProcessBatches:
         self._closer = weakref.finalize(self, self.pool.close)
         self.shared = SharedRing(self.pool, self.config, self.targets, self.shared.ring.size, self.pinning)
         self._pool_lost = False
+
+    @property
+    def ring(self) -> Ring:
+        """The ring of shared Slots, as the thread engine's ``ring``."""
+        return self.shared.ring
 
     def close(self) -> None:
         """Stop and join the workers; the shared memory goes with the last tensor over it."""
