@@ -60,8 +60,9 @@ class FeedLoader:
     (a list, or ``TransformSpec(...)`` with ``batch_transforms``), ``order`` ("sequential",
     "random", "quasi-random", "shards", or ``OrderSpec(...)`` with the rank's share): each group one
     way. ``order`` decides the order when given; ``shuffle`` may then be left out or must
-    agree with it. ``num_workers``: the decode threads or worker processes ("auto": one per
-    usable core).
+    agree with it. ``num_workers``: the decode threads or worker processes ("auto": the usable
+    cores split between torchrun's ranks on this node, ``LOCAL_WORLD_SIZE``, at least one each;
+    a rank without that variable takes them all; a number is kept, up to the usable cores).
     Order, crops and flips are pure functions of (seed, epoch, index): the same batches for
     any thread count or engine; ``state_dict()`` resumes mid-epoch exactly. One iteration
     runs at a time: a new ``iter(loader)`` ends the previous one, which then raises. See the
