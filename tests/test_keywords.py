@@ -33,9 +33,9 @@ def test_a_keyword_that_moved_into_a_spec_names_the_spec(packed_lmdb, keyword, v
 
 
 def test_the_parameters_are_few():
-    """DataLoader's keywords, the specs, and the loose keywords users pass most: 22 at most."""
+    """DataLoader's keywords, the specs, and the loose keywords users pass most: 23 at most."""
     import inspect
-    assert len(inspect.signature(FeedLoader.__init__).parameters) - 1 <= 22
+    assert len(inspect.signature(FeedLoader.__init__).parameters) - 1 <= 23
 
 
 def test_auto_workers_split_the_usable_cores_between_the_ranks_of_a_node(packed_lmdb, monkeypatch):

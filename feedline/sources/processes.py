@@ -16,7 +16,7 @@ import collections
 import itertools
 import os
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
@@ -36,6 +36,7 @@ from .shared_rows import Arena, RowFormat
 from .slot import Slot
 from .target_batches import TargetSpec, plan_targets, substitute_targets
 from .threads import deliver
+from .watchdog import Watchdog
 from .worker_pool import WorkerPool
 from .worker_process import Chunk, ChunkDone, WorkerSetup
 
@@ -99,7 +100,6 @@ class _Job:
     slot: Slot
     left: int
     error: BaseException | None = None
-    tickets: list = field(default_factory=list)
 
 
 class ProcessFeed:
@@ -107,7 +107,7 @@ class ProcessFeed:
     the filled Slots back in order. Same surface as feed.Feed (``next_filled``, ``release``)."""
 
     def __init__(self, pool: WorkerPool, plans: Iterator, shared: SharedRing, epoch: EpochPlan,
-                 policy: BadRecordPolicy, stats: LoaderStats, store):
+                 policy: BadRecordPolicy, stats: LoaderStats, store, timeout_s: float = 0.0):
         self._pool, self._plans, self._shared, self._ring = pool, plans, shared, shared.ring
         self._epoch, self._policy, self._stats, self._store = epoch, policy, stats, store
         self._free = collections.deque(range(self._ring.slots))
@@ -115,8 +115,7 @@ class ProcessFeed:
         self._pending: dict[int, _Job] = {}
         self._unsent: collections.deque[Chunk] = collections.deque()
         self._queued = [0] * pool.count      # chunks sent to each worker, not answered yet
-        self._tickets = itertools.count()
-        self._ended = False
+        self._tickets, self._watchdog, self._ended = itertools.count(), Watchdog(pool, timeout_s), False
         self.generation = pool.new_generation()
 
     def _top_up(self) -> None:
@@ -158,10 +157,12 @@ class ProcessFeed:
             if self._queued[k] >= QUEUED:
                 return
             self._queued[k] += 1
+            self._watchdog.sent(self._unsent[0].ticket, k)
             self._pool.send(k, ("fill", self._unsent.popleft()))
 
     def next_filled(self, block: bool = True) -> Slot | None:
         self._top_up()
+        self._watchdog.start()
         while True:
             if not self._jobs:
                 return None
@@ -171,7 +172,7 @@ class ProcessFeed:
             if head.left == 0:
                 self._jobs.popleft()
                 return head.slot
-            answers = self._pool.results(None if block else 0)
+            answers = self._watchdog.results(lambda ticket: self._pending.get(ticket) is head, block)
             if not answers and not block:
                 return None
             for k, done in answers:
@@ -255,7 +256,8 @@ class ProcessBatches:
         plans = epoch.batches(store.labels, store.sizes, start, samples=samples)
         policy = self.bad_records.policy(epoch, stats.ledger)
         with read_ahead(store, epoch, start, samples) as ahead:
-            feed = ProcessFeed(self.pool, ahead.follow(plans), self.shared, epoch, policy, stats, store)
+            feed = ProcessFeed(self.pool, ahead.follow(plans), self.shared, epoch, policy, stats, store,
+                               self.config.timeout)
             whole = False
             try:
                 yield from deliver(feed, self.finisher, stats)

@@ -32,7 +32,8 @@ JOIN_S = 5.0
 
 
 class WorkerError(FeedlineError):
-    """A worker process died: its number, pid, how it ended and the record it held."""
+    """A worker process died, or went past the loader's ``timeout``: its number, pid, how it
+    ended and the record it held."""
 
 
 def start_method() -> str:
@@ -65,6 +66,15 @@ def portable(setup: WorkerSetup, decoder_name: str | None) -> WorkerSetup:
                             "loader before initializing CUDA")
         decoder = decoder_name
     return replace(setup, store=store, decoder=decoder)
+
+
+def holding(pool: "WorkerPool", k: int) -> str:
+    """The record worker ``k`` of ``pool`` is on, as the shared control array says."""
+    held = int(pool.control[1 + k])
+    store = pool.setup.store
+    if held == IDLE:
+        return "between records"
+    return f"while it held record {held} ({store.path(held)}) of {store.filename}"
 
 
 class WorkerPool:
@@ -197,13 +207,9 @@ class WorkerPool:
         code = proc.exitcode
         how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
                else f"exited with code {code}")
-        held = int(self.control[1 + k])
-        store = self.setup.store
-        record = (f"while it held record {held} ({store.path(held)}) of {store.filename}" if held != IDLE
-                  else "between records")
         hint = " (SIGKILL is what the OOM killer sends: lower num_workers or batch_size)" if code == -9 else ""
-        self.error = WorkerError(f"feedline worker {k} (pid {proc.pid}) {how} {record}{hint}. The loader "
-                                 "cannot go on: make a new FeedLoader")
+        self.error = WorkerError(f"feedline worker {k} (pid {proc.pid}) {how} {holding(self, k)}{hint}. The "
+                                 "loader cannot go on: make a new FeedLoader")
         self.close(kill=True)   # the batches in flight are lost anyway: no waiting on the others
         raise self.error
 
