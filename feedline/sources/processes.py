@@ -5,10 +5,10 @@
     each sample straight into the Slot's shared memory -> slot done (numbers out) -> the
     Finisher finishes the Slot -> released back to the ring and planned into again.
 
-A worker is a process with its own GIL (worker_process.py): ``num_workers`` of them, as a
-DataLoader user expects, each decoding its share of every batch. They live as long as the
-engine, across epochs. The consumer's work per image is a few bytes of plan: the per-image
-Python (reads, splices, resizes, a user's transform) runs where it scales with the cores.
+A worker is a process with its own GIL (worker_process.py): ``num_workers`` of them, each
+decoding its share of every batch, living as long as the engine, across epochs. The consumer's
+work per image is a few bytes of plan: the per-image Python (reads, splices, resizes, a
+user's transform) runs where it scales with the cores.
 """
 from __future__ import annotations
 
@@ -221,9 +221,7 @@ class ProcessFeed:
 
 class ProcessBatches:
     """A BatchSource of ``config.num_threads`` worker processes writing into shared Slots.
-
-    The workers start with the engine and live until ``close()``; one ``run`` at a time.
-    """
+    The workers start with the engine and live until ``close()``; one ``run`` at a time."""
 
     def __init__(self, store, config: LoaderConfig, decoder: Decoder, parts: EngineParts):
         self.store, self.config, self.decoder = store, config, decoder
@@ -281,11 +279,12 @@ class ProcessBatches:
                 ready = True
         finally:
             if not ready:
+                self._pool_lost = True   # first: a Ctrl-C inside close() must still have the next run renew
                 self.pool.close(kill=True)
-                self._pool_lost = True
 
     def _renew(self) -> None:
         """New workers and a new ring, in place of those a failed drain stopped."""
+        self.pool.close(kill=True)   # finishes a close a Ctrl-C cut short
         self.pool = WorkerPool(self.pool.setup, self.config.num_threads, self.config.decoder)
         self._closer.detach()
         self._closer = weakref.finalize(self, self.pool.close)

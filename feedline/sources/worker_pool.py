@@ -214,16 +214,16 @@ class WorkerPool:
         raise self.error
 
     def close(self, kill: bool = False) -> None:
-        """Stop every worker and join it (killed after JOIN_S if it does not stop; at once with ``kill``)."""
-        if self._closed:
-            return
-        self._closed = True
-        self.control[0] += 1
-        for conn in self.conns:
-            try:
-                conn.send(("stop",))
-            except OSError:
-                pass
+        """Stop every worker and join it (killed after JOIN_S if it does not stop; at once with
+        ``kill``). A close cut short (a Ctrl-C) goes on where it stopped when called again."""
+        if not self._closed:
+            self._closed = True
+            self.control[0] += 1
+            for conn in self.conns:
+                try:
+                    conn.send(("stop",))
+                except OSError:
+                    pass
         for proc in self.procs:
             if kill and proc.is_alive():
                 proc.kill()
@@ -232,9 +232,7 @@ class WorkerPool:
                 log.warning("feedline worker %s did not stop within %.0f s: killed", proc.name, JOIN_S)
                 proc.kill()
                 proc.join()
-        for conn in self.conns:
-            conn.close()
-        for proc in self.procs:
-            proc.close()
-        self.procs = []
-        self.conns = []
+        while self.conns:
+            self.conns.pop().close()
+        while self.procs:
+            self.procs.pop().close()
