@@ -4,6 +4,8 @@ process behind; a slow batch whose workers keep answering is no error; the other
 refuse the keyword."""
 from __future__ import annotations
 
+import os
+import sys
 import time
 
 import cv2
@@ -16,10 +18,15 @@ from feedline.sources.worker_pool import WorkerError
 from test_sources_worker_pool import alive
 
 STUCK = 5   # the record whose transform hangs: the only black image of the store
+HUNG = "/nonexistent"   # made by the first call that hangs (each test sets its own): later calls pass
 
 
-def hangs_on_black(image, rng):   # a user's transform stuck on one record
+def hangs_once_on_black(image, rng):   # a user's transform stuck on one record, the first time
     if image.max() < 16:
+        try:
+            os.close(os.open(HUNG, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return image
         time.sleep(30)
     return image
 
@@ -27,6 +34,12 @@ def hangs_on_black(image, rng):   # a user's transform stuck on one record
 def slow_everywhere(image, rng):
     time.sleep(0.25)
     return image
+
+
+@pytest.fixture
+def hung(tmp_path, monkeypatch):
+    """A fresh HUNG marker: the transform hangs on the black record once in this test."""
+    monkeypatch.setattr(sys.modules[__name__], "HUNG", str(tmp_path / "hung"))
 
 
 @pytest.fixture
@@ -43,8 +56,8 @@ def loader(path, **kw) -> FeedLoader:
                                     "device": "cpu", "engine": "processes", "decoder": "opencv", **kw})
 
 
-def test_a_stuck_worker_is_an_error_naming_its_record_and_is_stopped(store_with_a_black_record):
-    with loader(store_with_a_black_record, transforms=[hangs_on_black], timeout=1) as feed:
+def test_a_stuck_worker_is_an_error_naming_its_record_and_is_stopped(store_with_a_black_record, hung):
+    with loader(store_with_a_black_record, transforms=[hangs_once_on_black], timeout=1) as feed:
         pool = feed.source.pool
         pids = [p.pid for p in pool.procs]
         it = iter(feed)
@@ -60,11 +73,30 @@ def test_a_stuck_worker_is_an_error_naming_its_record_and_is_stopped(store_with_
         k = int(message.split("feedline worker ")[1].split(" ")[0])
         assert f"worker {k} (pid {pids[k]})" in message and "the next iteration starts new ones" in message
         assert pool.procs == [] and not any(alive(p) for p in pids), "every worker stopped, none left"
-        # The next iteration starts new workers: the first batch (no stuck record) comes.
-        images, labels = next(iter(feed))
-        assert labels.tolist() == [0, 1, 2, 0] and feed.source.pool is not pool
+        # The next iteration starts new workers and delivers the whole epoch (record 5 no longer hangs).
+        assert [labels.tolist() for _, labels in feed] == [[0, 1, 2, 0], [1, 2, 0, 1], [2, 0, 1, 2]]
+        assert feed.source.pool is not pool
         renewed = [p.pid for p in feed.source.pool.procs]
     assert not any(alive(p) for p in renewed)
+
+
+def test_an_abandoned_run_waits_no_longer_than_the_timeout_for_a_stuck_worker(store_with_a_black_record, hung):
+    """Closing an iteration waits for the workers to finish the sample they are on: with a
+    timeout, a stuck one is stopped after it instead of after 30 s."""
+    with loader(store_with_a_black_record, transforms=[hangs_once_on_black], timeout=1) as feed:
+        pids = [p.pid for p in feed.source.pool.procs]
+        it = iter(feed)
+        next(it)
+        deadline = time.monotonic() + 20
+        while not os.path.exists(HUNG) and time.monotonic() < deadline:   # a worker is in the sleep
+            time.sleep(0.05)
+        assert os.path.exists(HUNG)
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="did not finish their sample within 1 s of the run's end"):
+            it.close()
+        assert time.monotonic() - t0 < 20
+        assert not any(alive(p) for p in pids)
+        assert len([labels for _, labels in feed]) == 3   # new workers, the whole epoch
 
 
 def test_a_slow_batch_whose_workers_keep_answering_is_no_error(packed_lmdb):

@@ -213,10 +213,11 @@ class ProcessFeed:
     def drain(self) -> None:
         """Wait until every worker has answered what it was sent (the workers skip what is
         left of an abandoned run). A sync token per worker marks the end: the feed's own
-        count of chunks in flight may be wrong here, when an exception (Ctrl-C) cut into it."""
+        count of chunks in flight may be wrong here, when an exception (Ctrl-C) cut into it.
+        The loader's ``timeout`` bounds it too: a worker stuck on its sample is stopped."""
         self._pool.new_generation()
         self._unsent.clear()
-        self._pool.sync(DRAIN_S)
+        self._pool.sync(min(DRAIN_S, self._watchdog.timeout_s or DRAIN_S))
 
 
 class ProcessBatches:

@@ -185,7 +185,7 @@ class WorkerPool:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"feedline workers {sorted(waiting)} did not finish their sample within "
-                                   f"{timeout_s:.0f} s of the run's end: they are stopped")
+                                   f"{timeout_s:g} s of the run's end: they are stopped")
             for k, answer in self.results(left):
                 if isinstance(answer, Synced) and answer.token == token:
                     waiting.discard(k)
