@@ -3,6 +3,7 @@ consumer receives (OutputSpec), what runs beyond the crop (TransformSpec), which
 which order (OrderSpec). How FeedLoader's keywords become them: keywords.py."""
 from __future__ import annotations
 
+import math
 import operator
 import os
 from dataclasses import dataclass, replace
@@ -139,6 +140,7 @@ class LoaderConfig:
     pin_memory: bool = False    # page-locked batch buffers (always on a CUDA device)
     transforms: TransformSpec = TransformSpec()
     size_schedule: SizeSchedule | None = None   # size per epoch; augment.size is epoch 0's
+    timeout: float = 0.0        # seconds the workers may take to answer for the due batch; 0: forever
 
     def spec_at(self, epoch: int) -> AugmentSpec:
         """The crop and flip of ``epoch``: ``augment`` at the schedule's size for that epoch."""
@@ -178,6 +180,18 @@ class LoaderConfig:
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
         check_position(self.rank, self.world_size)
+        check_timeout(self.timeout, self.engine)
+
+
+def check_timeout(timeout, engine: Engine) -> None:
+    """DataLoader's ``timeout``, for worker processes only: a stuck process can be stopped, a
+    stuck decode thread (or a DALI or GPU call) cannot, so the other engines refuse it."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < math.inf:
+        raise ValueError(f"timeout must be a number of seconds >= 0 (0: wait forever), got {timeout!r}")
+    if timeout and engine is not Engine.PROCESSES:
+        raise ValueError(f"timeout={timeout!r} needs engine='processes': a worker process stuck past it is "
+                         f"stopped, but engine={engine.value!r} works on threads of this process, which "
+                         "cannot be stopped; pass engine='processes', or leave timeout at 0")
 
 
 def usable_cores() -> int:

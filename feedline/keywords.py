@@ -4,6 +4,7 @@ into a spec refused with a TypeError that says where they went (kept for one rel
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import replace
 import warnings
 
@@ -63,10 +64,11 @@ _warned_workers: set[tuple[int, int]] = set()  # (asked, usable): each said once
 
 
 def choose_threads(num_workers) -> int:
-    """Decode threads: DataLoader's ``num_workers`` (0, DataLoader's "in this process", is one
-    thread) up to one per usable core (more only add switching), or one per usable core for "auto"."""
+    """Decode threads or worker processes: DataLoader's ``num_workers`` (0, DataLoader's "in this
+    process", is one) up to one per usable core (more only add switching), or for "auto" this
+    rank's share of the usable cores (``cores_per_rank``)."""
     if num_workers == "auto" or num_workers is None:
-        return usable_cores()
+        return cores_per_rank()
     if isinstance(num_workers, bool) or not isinstance(num_workers, int):
         raise ValueError(f"num_workers must be an int (the decode threads) or 'auto', got {num_workers!r}")
     asked, usable = max(1, num_workers), usable_cores()
@@ -75,6 +77,28 @@ def choose_threads(num_workers) -> int:
         warnings.warn(f"num_workers={asked} but this process may use {usable} cores (os.sched_getaffinity): "
                       f"using {usable} decode threads", stacklevel=3)
     return min(asked, usable)
+
+
+def cores_per_rank() -> int:
+    """The usable cores split between the ranks of this node: torchrun says how many it
+    started here in ``LOCAL_WORLD_SIZE``. Without it, this process is taken to be alone on
+    its cores (torch.distributed's world size spans the nodes, so it cannot say)."""
+    return max(1, usable_cores() // local_ranks())
+
+
+def local_ranks() -> int:
+    """The ranks on this node, from torchrun's ``LOCAL_WORLD_SIZE``; 1 when it is not set."""
+    value = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if value == "":
+        return 1
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"LOCAL_WORLD_SIZE={value!r} (torchrun's ranks on this node) must be a positive int; "
+                         "unset it, or pass num_workers= a number")
+    return count
 
 
 def choose_pinning(pin_memory) -> bool:

@@ -50,22 +50,22 @@ class FeedLoader:
     labels int64 on ``device`` (a store with other fields: that field's tensor or a dict; README "Targets").
 
     ``source``: a packed .lmdb/.h5 file, shards (a local or s3:// index), an image folder, or a Store.
-    ``engine``: "threads" (per-image decoders on CPU threads), "processes" (the same in worker
-    processes), "dali", "gpu" (nvImageCodec on the GPU) or "auto" (dali on CUDA when DALI is
-    installed, else threads). ``decoder``: the thread engine's codec, a registered name ("auto",
-    "nvimgcodec", "turbojpeg", "simplejpeg", "opencv", "pil", or yours:
-    feedline.decoders.register_decoder) or a Decoder.
+    ``engine``: "processes" (per-image decoders in worker processes), "threads" (the same on
+    threads here), "dali", "gpu" (nvImageCodec) or "auto" (dali on CUDA with DALI, else processes;
+    threads for num_workers=0). ``decoder``: the per-image codec ("auto", "nvimgcodec", "turbojpeg", "simplejpeg",
+    "opencv", "pil", a name from feedline.decoders.register_decoder, or a Decoder).
     ``augment=AugmentSpec(...)`` (the crop and flip; or its loose ``size`` and ``train``),
     ``output=OutputSpec(...)`` (or its loose ``mean``, ``std``, ``dtype``), ``transforms``
     (a list, or ``TransformSpec(...)`` with ``batch_transforms``), ``order`` ("sequential",
     "random", "quasi-random", "shards", or ``OrderSpec(...)`` with the rank's share): each group one
     way. ``order`` decides the order when given; ``shuffle`` may then be left out or must
-    agree with it. ``num_workers``: the decode threads or worker processes ("auto": one per
-    usable core).
-    Order, crops and flips are pure functions of (seed, epoch, index): the same batches for
-    any thread count or engine; ``state_dict()`` resumes mid-epoch exactly. One iteration
-    runs at a time: a new ``iter(loader)`` ends the previous one, which then raises. See the
-    README for ``transforms``, ``size`` per epoch and targets.
+    agree with it. ``num_workers``: the decode threads or worker processes ("auto": the usable
+    cores split over torchrun's ranks on this node, ``LOCAL_WORLD_SIZE``, at least one; a number is
+    kept, up to the cores). ``timeout`` (engine="processes" only): seconds the due batch's workers
+    may go silent before a WorkerError names each and its record (0: forever). Order, crops and
+    flips are pure functions of (seed, epoch, index): the same batches for any thread count or
+    engine; ``state_dict()`` resumes mid-epoch exactly. One iteration runs at a time: a new
+    ``iter(loader)`` ends the previous one, which then raises. README: transforms, size per epoch, targets.
     """
 
     @refuses_moved_keywords
@@ -76,7 +76,7 @@ class FeedLoader:
                  order: str | Order | OrderSpec | None = None, num_workers: int | str = "auto",
                  device: str | torch.device | None = None, dtype: torch.dtype | None = UNSET, mean=UNSET,
                  std=UNSET, drop_last: bool = False, seed: int = 0, prefetch: int = 2, on_error: str = "raise",
-                 pin_memory: bool | None = None, persistent_workers: bool | None = None):
+                 pin_memory: bool | None = None, persistent_workers: bool | None = None, timeout: float = 0):
         del persistent_workers  # DataLoader's: needs nothing here, the buffers persist anyway
         self.store = open_source(source)
         order = order_spec(order)
@@ -90,7 +90,7 @@ class FeedLoader:
             num_threads=choose_threads(num_workers), prefetch=prefetch, engine=chosen.engine,
             decoder=chosen.decoder_name, on_error=on_error, output=output, rank=rank, world_size=world_size,
             even_shards=order.even_shards, quasi_random=order.quasi_random, pin_memory=choose_pinning(pin_memory),
-            augment=augment, size_schedule=schedule, transforms=transform_spec(transforms))
+            augment=augment, size_schedule=schedule, transforms=transform_spec(transforms), timeout=timeout)
         if self.config.order is Order.QUASI_RANDOM:
             warn_if_class_sorted(self.store, self.config.quasi_random)
         check_buffers_fit(self.config.at_largest_size())

@@ -33,6 +33,31 @@ def test_a_keyword_that_moved_into_a_spec_names_the_spec(packed_lmdb, keyword, v
 
 
 def test_the_parameters_are_few():
-    """DataLoader's keywords, the specs, and the loose keywords users pass most: 22 at most."""
+    """DataLoader's keywords, the specs, and the loose keywords users pass most: 23 at most."""
     import inspect
-    assert len(inspect.signature(FeedLoader.__init__).parameters) - 1 <= 22
+    assert len(inspect.signature(FeedLoader.__init__).parameters) - 1 <= 23
+
+
+def test_auto_workers_split_the_usable_cores_between_the_ranks_of_a_node(packed_lmdb, monkeypatch):
+    """torchrun's LOCAL_WORLD_SIZE: each rank of the node takes its share of the usable cores
+    (at least one); an explicit num_workers is kept (capped at the cores, not the share).
+    Without it, a process has them all. The machine's 2 cores are told as 8 here, so that
+    the shares differ."""
+    import os
+
+    from feedline.keywords import choose_threads
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert choose_threads("auto") == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert choose_threads("auto") == 4
+    assert loader(packed_lmdb, num_workers="auto").config.num_threads == 4
+    assert loader(packed_lmdb, num_workers=6).config.num_threads == 6
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    assert choose_threads("auto") == 2
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "12")   # more ranks than cores: one each
+    assert choose_threads("auto") == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "two")
+    with pytest.raises(ValueError, match=r"LOCAL_WORLD_SIZE='two' \(torchrun's ranks on this node\) must be a "
+                                         r"positive int"):
+        choose_threads("auto")

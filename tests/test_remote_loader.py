@@ -68,3 +68,31 @@ def test_closing_the_loader_ends_the_fetch_ahead_thread(uploaded, s3_env):
     with FeedLoader(url, **OPTIONS, order=OrderSpec(rank=0, world_size=2)) as loader:
         next(iter(loader))
     assert not [t for t in threading.enumerate() if t.name == "feedline-fetch-ahead"]
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold-cache", "warm-cache"])
+def test_worker_processes_read_a_bucket_as_the_threads_do(uploaded, s3_env, tmp_path, warm):
+    """engine="processes": the workers read the same remote store through the same shard cache
+    (cold: the shards are fetched as the workers reach them, beside the fetch-ahead thread;
+    warm: every shard already there), and every batch equals the thread engine's."""
+    url, _ = uploaded
+    options = dict(OPTIONS, num_workers=2, order=OrderSpec(rank=0, world_size=1), decoder="opencv")
+    with FeedLoader(url, **options, engine="threads") as threads:
+        expected = batches(threads)
+    cache = RemoteOptions(cache_dir=str(tmp_path / ("warm" if warm else "cold")))
+    if warm:
+        with FeedLoader(open_dataset(url, remote=cache), **options, engine="threads") as filling:
+            batches(filling)
+    store = open_dataset(url, remote=cache)
+    with FeedLoader(store, **options, engine="processes") as workers:
+        assert workers.config.order.value == "shards"
+        got = batches(workers)
+        workers.set_epoch(1)
+        assert len(batches(workers)) == len(expected)   # and a second epoch, with the same workers
+    # The workers never fetch (obstore's client does not survive a fork): the loader's process
+    # fetched each shard once for them, or none when the cache had them all.
+    shards = sorted(os.path.basename(f) for f in store.shard_files)
+    assert sorted(store.cache.fetched) == ([] if warm else shards)
+    assert len(got) == len(expected) == 10
+    for (a, la), (b, lb) in zip(got, expected, strict=True):
+        assert torch.equal(a, b) and torch.equal(la, lb)

@@ -5,10 +5,10 @@
     each sample straight into the Slot's shared memory -> slot done (numbers out) -> the
     Finisher finishes the Slot -> released back to the ring and planned into again.
 
-A worker is a process with its own GIL (worker_process.py): ``num_workers`` of them, as a
-DataLoader user expects, each decoding its share of every batch. They live as long as the
-engine, across epochs. The consumer's work per image is a few bytes of plan: the per-image
-Python (reads, splices, resizes, a user's transform) runs where it scales with the cores.
+A worker is a process with its own GIL (worker_process.py): ``num_workers`` of them, each
+decoding its share of every batch, living as long as the engine, across epochs. The consumer's
+work per image is a few bytes of plan: the per-image Python (reads, splices, resizes, a
+user's transform) runs where it scales with the cores.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import collections
 import itertools
 import os
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 import torch
@@ -35,6 +35,7 @@ from .shared_ring import SharedRing, writes_normalized
 from .slot import Slot
 from .target_batches import plan_targets, substitute_targets
 from .threads import deliver
+from .watchdog import Watchdog
 from .worker_pool import WorkerPool
 from .worker_process import Chunk, ChunkDone, WorkerSetup
 
@@ -46,7 +47,6 @@ class _Job:
     slot: Slot
     left: int
     error: BaseException | None = None
-    tickets: list = field(default_factory=list)
 
 
 class ProcessFeed:
@@ -54,15 +54,14 @@ class ProcessFeed:
     the filled Slots back in order. Same surface as feed.Feed (``next_filled``, ``release``)."""
 
     def __init__(self, pool: WorkerPool, plans: Iterator, shared: SharedRing, epoch: EpochPlan,
-                 policy: BadRecordPolicy, stats: LoaderStats, store):
+                 policy: BadRecordPolicy, stats: LoaderStats, store, timeout_s: float = 0.0):
         self._pool, self._plans, self._shared, self._ring = pool, plans, shared, shared.ring
         self._epoch, self._policy, self._stats, self._store = epoch, policy, stats, store
         self._free = collections.deque(range(self._ring.slots))
         self._jobs: collections.deque[_Job] = collections.deque()
         self._pending: dict[int, _Job] = {}
         self._queued = [0] * pool.count      # chunks sent to each worker, not answered yet
-        self._tickets = itertools.count()
-        self._ended = False
+        self._tickets, self._watchdog, self._ended = itertools.count(), Watchdog(pool, timeout_s), False
         self.generation = pool.new_generation()
 
     def _top_up(self) -> None:
@@ -96,12 +95,14 @@ class ProcessFeed:
             job.left += 1
             k = min(range(workers), key=self._queued.__getitem__)
             self._queued[k] += 1
+            self._watchdog.sent(ticket, k)
             self._pool.send(k, ("fill", Chunk(ticket, self.generation, arena, first, plan.epoch,
                                               plan.indices[first:stop], plan.boxes[first:stop],
                                               plan.flips[first:stop], self._epoch.spec)))
 
     def next_filled(self, block: bool = True) -> Slot | None:
         self._top_up()
+        self._watchdog.start()
         while True:
             if not self._jobs:
                 return None
@@ -111,7 +112,7 @@ class ProcessFeed:
             if head.left == 0:
                 self._jobs.popleft()
                 return head.slot
-            answers = self._pool.results(None if block else 0)
+            answers = self._watchdog.results(lambda ticket: self._pending.get(ticket) is head, block)
             if not answers and not block:
                 return None
             for k, done in answers:
@@ -151,16 +152,15 @@ class ProcessFeed:
     def drain(self) -> None:
         """Wait until every worker has answered what it was sent (the workers skip what is
         left of an abandoned run). A sync token per worker marks the end: the feed's own
-        count of chunks in flight may be wrong here, when an exception (Ctrl-C) cut into it."""
+        count of chunks in flight may be wrong here, when an exception (Ctrl-C) cut into it.
+        The loader's ``timeout`` bounds it too: a worker stuck on its sample is stopped."""
         self._pool.new_generation()
-        self._pool.sync(DRAIN_S)
+        self._pool.sync(min(DRAIN_S, self._watchdog.timeout_s or DRAIN_S))
 
 
 class ProcessBatches:
     """A BatchSource of ``config.num_threads`` worker processes writing into shared Slots.
-
-    The workers start with the engine and live until ``close()``; one ``run`` at a time.
-    """
+    The workers start with the engine and live until ``close()``; one ``run`` at a time."""
 
     def __init__(self, store, config: LoaderConfig, decoder: Decoder, parts: EngineParts):
         self.store, self.config, self.decoder = store, config, decoder
@@ -195,7 +195,8 @@ class ProcessBatches:
         plans = epoch.batches(store.labels, store.sizes, start, samples=samples)
         policy = self.bad_records.policy(epoch, stats.ledger)
         with read_ahead(store, epoch, start, samples) as ahead:
-            feed = ProcessFeed(self.pool, ahead.follow(plans), self.shared, epoch, policy, stats, store)
+            feed = ProcessFeed(self.pool, ahead.follow(plans), self.shared, epoch, policy, stats, store,
+                               self.config.timeout)
             whole = False
             try:
                 yield from deliver(feed, self.finisher, stats)
@@ -219,12 +220,12 @@ class ProcessBatches:
                 ready = True
         finally:
             if not ready:
-                self._pool_lost = True
+                self._pool_lost = True   # first: a Ctrl-C inside close() must still have the next run renew
                 self.pool.close(kill=True)
 
     def _renew(self) -> None:
         """New workers and a new ring, in place of those a failed drain stopped."""
-        self.pool.close(kill=True)   # finishes a close cut short
+        self.pool.close(kill=True)   # finishes a close a Ctrl-C cut short
         self.pool = WorkerPool(self.pool.setup, self.config.num_threads, self.config.decoder)
         self._closer.detach()
         self._closer = weakref.finalize(self, self.pool.close)

@@ -32,7 +32,8 @@ JOIN_S = 5.0
 
 
 class WorkerError(FeedlineError):
-    """A worker process died: its number, pid, how it ended and the record it held."""
+    """A worker process died, or went past the loader's ``timeout``: its number, pid, how it
+    ended and the record it held."""
 
 
 def start_method() -> str:
@@ -67,12 +68,19 @@ def portable(setup: WorkerSetup, decoder_name: str | None) -> WorkerSetup:
     return replace(setup, store=store, decoder=decoder)
 
 
-def death_report(k: int, pid: int, code: int | None, held: int, store) -> WorkerError:
-    """What a user needs to know of worker ``k``'s end: how, on which record, and what to do."""
+def holding(pool: "WorkerPool", k: int) -> str:
+    """The record worker ``k`` of ``pool`` is on, as the shared control array says."""
+    held = int(pool.control[1 + k])
+    store = pool.setup.store
+    if held == IDLE:
+        return "between records"
+    return f"while it held record {held} ({store.path(held)}) of {store.filename}"
+
+
+def death_report(k: int, pid: int, code: int | None, record: str) -> WorkerError:
+    """What a user needs to know of worker ``k``'s end: how, on which ``record``, and what to do."""
     how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
            else f"exited with code {code}")
-    record = (f"while it held record {held} ({store.path(held)}) of {store.filename}" if held != IDLE
-              else "between records")
     hint = " (SIGKILL is what the OOM killer sends: lower num_workers or batch_size)" if code == -9 else ""
     return WorkerError(f"feedline worker {k} (pid {pid}) {how} {record}{hint}. The loader cannot go on: "
                        "make a new FeedLoader")
@@ -192,7 +200,7 @@ class WorkerPool:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"feedline workers {sorted(waiting)} did not finish their sample within "
-                                   f"{timeout_s:.0f} s of the run's end: they are stopped")
+                                   f"{timeout_s:g} s of the run's end: they are stopped")
             for k, answer in self.results(left):
                 if isinstance(answer, Synced) and answer.token == token:
                     waiting.discard(k)
@@ -211,7 +219,7 @@ class WorkerPool:
     def _died(self, k: int):
         proc = self.procs[k]
         proc.join(0.5)
-        self.error = death_report(k, proc.pid, proc.exitcode, int(self.control[1 + k]), self.setup.store)
+        self.error = death_report(k, proc.pid, proc.exitcode, holding(self, k))
         self.close(kill=True)   # the batches in flight are lost anyway: no waiting on the others
         raise self.error
 

@@ -112,6 +112,7 @@ class Bucket:
         self._obstore = obstore
         self.scheme, self.name, self.options = scheme, name, options
         self._store = _STORES[scheme](name, options)
+        self._pid = os.getpid()   # obstore's runtime lives in this process only
 
     @classmethod
     def of(cls, url: str, options: RemoteOptions) -> tuple["Bucket", str]:
@@ -159,6 +160,9 @@ class Bucket:
         """``fn()``, tried again after a transient failure; RemoteError after the last try."""
         exceptions = self._obstore.exceptions
         url = self.url(key)
+        if os.getpid() != self._pid:   # a forked child: the client's runtime threads are not here, it would hang
+            raise RemoteError(f"{url}: cannot {what} it in a process forked from the one that opened the bucket "
+                              "(obstore's client does not survive a fork); open the data set in this process")
         delay, last = self.options.backoff_s, None
         for attempt in range(1, self.options.tries + 1):
             try:

@@ -14,6 +14,7 @@ import logging
 import os
 import posixpath
 import threading
+import weakref
 
 import numpy as np
 
@@ -28,6 +29,16 @@ from .shard_head import HEAD_SUFFIX, head_bytes, parse_head
 from .sharded_store import ShardedStore, check_alike, check_against_index
 
 log = logging.getLogger(__name__)
+_shards: "weakref.WeakSet[LazyShard]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A lock a thread of the parent held at the fork would stay held here: each shard a new one.
+    for shard in list(_shards):
+        shard._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def open_remote(url: str, options: RemoteOptions | None = None) -> "RemoteShardedStore":
@@ -41,11 +52,11 @@ def open_remote(url: str, options: RemoteOptions | None = None) -> "RemoteSharde
     tag = hashlib.sha256(f"{url}\n{index.get('pack_id')}".encode()).hexdigest()[:16]
     cache = ShardCache(os.path.join(options.cache_root, f"{bucket.name}-{tag}"), options.cache_limit)
     fetcher = ShardFetcher(bucket, posixpath.dirname(key), cache, options)
-    shards = [_lazy_shard(fetcher, entry, index) for entry in index["shards"]]
     try:
+        shards = [_lazy_shard(fetcher, entry, index) for entry in index["shards"]]
         check_alike(shards)
         check_against_index(shards, index, url)
-    except StoreError:
+    except BaseException:   # its service thread ends with it
         fetcher.close()
         raise
     return RemoteShardedStore(shards, url, index, fetcher)
@@ -61,6 +72,7 @@ class LazyShard(Store):
         self.classes = list(self.meta["classes"])
         self._fetcher = fetcher
         self._lock = threading.Lock()
+        _shards.add(self)
         self._local: Store | None = None
         self._reading = 0
         self._retired: list[Store] = []
@@ -147,7 +159,9 @@ class RemoteShardedStore(ShardedStore):
 def _lazy_shard(fetcher: ShardFetcher, entry: dict, index: dict) -> "LazyShard":
     name = entry["file"]
     url = fetcher.bucket.url(fetcher.key(name))
-    return LazyShard(name, url, index.get("kind", "lmdb"), entry.get("bytes"), _head(fetcher, name, url), fetcher)
+    shard = LazyShard(name, url, index.get("kind", "lmdb"), entry.get("bytes"), _head(fetcher, name, url), fetcher)
+    fetcher.adopt(shard)
+    return shard
 
 
 def _head(fetcher: ShardFetcher, name: str, url: str) -> tuple:

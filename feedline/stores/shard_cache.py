@@ -24,6 +24,22 @@ from .remote import CacheFullError
 log = logging.getLogger(__name__)
 
 _PARTIAL, _LOCK = ".partial", ".lock"
+# The lock files open in this process. A flock belongs to the open file, which a fork
+# shares: a child keeping the copy of one a parent's thread held at the fork would hold
+# that shard's lock for as long as it lives, so the child closes its copies at once.
+_held: set[int] = set()
+
+
+def _after_fork_in_child() -> None:
+    for fd in list(_held):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class ShardCache:
@@ -129,10 +145,12 @@ class ShardCache:
     @contextmanager
     def _locked(self, name: str):
         fd = os.open(self.path(name) + _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        _held.add(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
+            _held.discard(fd)
             os.close(fd)   # releases the lock
 
 

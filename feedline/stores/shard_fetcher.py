@@ -5,18 +5,30 @@ a window or so in front of it, while the cache spares the shards in use."""
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 import threading
+import weakref
 
 from ..errors import StoreError
 from ..format import checksum
 from ..order import SHARD_WINDOW
 from .base import Store
 from .detect import open_file
+from .fetch_service import FetchService
 from .remote import Bucket, RemoteError, RemoteOptions
 from .shard_cache import ShardCache, ShardDamaged
 
 log = logging.getLogger(__name__)
+_fetchers: "weakref.WeakSet[ShardFetcher]" = weakref.WeakSet()
+
+
+def _serve_before_fork() -> None:
+    for fetcher in list(_fetchers):
+        fetcher.serve_children()
+
+
+os.register_at_fork(before=_serve_before_fork)
 
 Shard = Store   # a remote_store.LazyShard: its name, URL, size and head (meta, columns)
 
@@ -31,6 +43,20 @@ class ShardFetcher:
         self._position = 0            # the window of the sequence the reader is in
         self._thread: threading.Thread | None = None
         self._stop = False
+        self._shards: dict[str, Shard] = {}   # by name: what a forked child's request names
+        self._owner, self._closed = os.getpid(), False
+        self.service: FetchService | None = None   # started before the first fork
+        _fetchers.add(self)
+
+    def serve_children(self) -> None:
+        """Before a fork: the service the child will ask for shards (started once, here only)."""
+        if self.service is None and not self._closed and os.getpid() == self._owner:
+            self.service = FetchService(weakref.WeakMethod(self._open_for_child))
+            weakref.finalize(self, self.service.close)
+
+    def adopt(self, shard: Shard) -> None:
+        """``shard`` is fetched by this fetcher (a forked child asks for it by name)."""
+        self._shards[shard.name] = shard
 
     def key(self, name: str) -> str:
         return posixpath.join(self.prefix, name) if self.prefix else name
@@ -55,8 +81,20 @@ class ShardFetcher:
                               lambda path: _check_shard(path, shard), keep=self._keep())
 
     def open_local(self, shard: Shard) -> Store:
+        if os.getpid() != self._owner and self.service is not None:   # forked: obstore's client does not survive it
+            path, needed = self.service.open(shard.name)
+            for other in self._shards.values():
+                if other is not shard and other.name not in needed:
+                    other.release()   # as the opener releases its own: the windows behind the reader
+            return open_file(path)
         self._note_reading(shard)
         return open_file(self.fetch(shard))
+
+    def _open_for_child(self, name: str) -> tuple[str, list[str]]:
+        """A forked child opens shard ``name``: fetched here, and the reader's place moved."""
+        shard = self._shards[name]
+        self._note_reading(shard)
+        return self.fetch(shard), sorted(self._keep())
 
     def _keep(self) -> set[str]:
         """The shards not to evict: the reader's window, the one before (batches in flight may
@@ -114,7 +152,10 @@ class ShardFetcher:
             self._thread = None
 
     def close(self) -> None:
+        self._closed = True
         self._join()
+        if self.service is not None:
+            self.service.close()
 
 
 def _check_shard(path: str, shard: Shard) -> None:

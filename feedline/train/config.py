@@ -72,7 +72,7 @@ class TrainConfig(RecipeOptions, OptimOptions):
                             "(nvImageCodec); auto = dali on a GPU when DALI is installed, else threads", DATA)
     decoder: str = option("auto", "the threads engine's JPEG decoder: nvimgcodec, turbojpeg, simplejpeg, opencv, pil "
                           "or a plugin's; auto = the fastest strict one installed", DATA, metavar="NAME")
-    threads: int | str = option("auto", "decode threads of the loader; auto: one per usable CPU core", DATA,
+    threads: int | str = option("auto", "decode threads (or worker processes) of the loader; auto: this rank's share of the usable CPU cores (torchrun's LOCAL_WORLD_SIZE ranks on a node split them)", DATA,
                                 aliases=("--workers", "-j"))
     on_error: OnError = option(
         OnError.SUBSTITUTE, "a record that cannot be read or decoded: substitute puts another record in "
