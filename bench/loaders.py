@@ -177,12 +177,12 @@ def _start_streams(options, data, threads: int, device: str):
                      lambda: baselines.dataloader_stream(str(data.folder), batch, threads, device)),
         DALI_CPU: ("DALI CPU pipeline: readers.file -> decoders.image_random_crop -> resize -> "
                    "crop_mirror_normalize", lambda: baselines.dali_cpu_stream(str(data.folder), batch, threads, device)),
-        FEEDLINE: (f"FeedLoader(decoder='auto', device={device!r}), {threads} threads",
+        FEEDLINE: (f"FeedLoader(decoder='auto', device={device!r}), {threads} workers",
                    lambda: baselines.feedloader_stream(str(data.packed), batch, threads, device)),
-        CHECKED: (f"FeedLoader(decoder='auto', device={device!r}), {threads} threads, on the same files packed "
+        CHECKED: (f"FeedLoader(decoder='auto', device={device!r}), {threads} workers, on the same files packed "
                   "with --check decode (every record proven to decode: only crop regions are decoded)",
                   lambda: baselines.feedloader_stream(str(_checked_store(data)), batch, threads, device)),
-        GRID: (f"FeedLoader(decoder='auto', device={device!r}), {threads} threads, on the same files packed "
+        GRID: (f"FeedLoader(decoder='auto', device={device!r}), {threads} workers, on the same files packed "
                "with --layout grid (a restart marker after every MCU: each crop's MCUs spliced and decoded)",
                lambda: baselines.feedloader_stream(str(_grid_store(data)), batch, threads, device)),
     }
