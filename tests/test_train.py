@@ -118,7 +118,7 @@ def test_the_pipeline_share_on_a_cpu_says_what_it_means(tmp_path, caplog):
     reporter.close()
     text = caplog.text
     assert "data pipeline delivers 25% of the model's speed" in text
-    assert "on the CPU the loader's threads and the model share the same cores" in text
+    assert "on the CPU the loader's workers and the model share the same cores" in text
 
 
 def test_synthetic_run_needs_no_data(tmp_path, capsys):

@@ -43,7 +43,7 @@ def finish(result: TrainResult, raw: nn.Module, info: DistInfo, reporter: Report
     if result.pipeline_share is not None:
         # On the CPU the loader's decode threads and the model share the cores: the share then
         # says what feeding costs this CPU's model, not whether a GPU would wait for data.
-        caveat = ("; on the CPU the loader's threads and the model share the same cores, so this is the "
+        caveat = ("; on the CPU the loader's workers and the model share the same cores, so this is the "
                   "cost of decoding here, not a sign that a GPU would wait for data"
                   if info.device.type == "cpu" else "")
         reporter.info("data pipeline delivers %.0f%% of the model's speed: %s img/s training vs %s img/s "
