@@ -53,3 +53,10 @@ class DecodeError(FeedlineError):
 
 class BackendUnavailable(FeedlineError):
     """An optional library (a decoder backend, DALI, CUDA) is not installed or usable."""
+
+
+class WorkerError(FeedlineError):
+    """A worker process died, or went past the loader's ``timeout``: its number, pid, how it
+    ended and the record it held; ``signum``, the signal that ended it (None otherwise)."""
+
+    signum: int | None = None

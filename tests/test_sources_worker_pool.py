@@ -52,6 +52,20 @@ def test_a_killed_worker_is_an_error_naming_it_and_its_record(packed_lmdb):
     assert pool.procs == [] and not alive(victim)
 
 
+def test_a_worker_ended_by_sigterm_says_so(packed_lmdb):
+    """``kill PID`` ends a worker as it ends any process (a job being stopped signals them all)."""
+    loader = FeedLoader(str(packed_lmdb), batch_size=4, shuffle=False, size=32, num_workers=2, device="cpu",
+                        train=True, engine="processes", transforms=[slow])
+    victim = loader.source.pool.procs[0].pid
+    it = iter(loader)
+    threading.Timer(1.0, os.kill, (victim, signal.SIGTERM)).start()
+    with pytest.raises(WorkerError, match="killed by SIGTERM") as info:
+        next(it)
+    assert info.value.signum == signal.SIGTERM
+    loader.close()
+    assert not alive(victim)
+
+
 CONSUMER = textwrap.dedent('''
     import sys
     from feedline import FeedLoader

@@ -22,18 +22,13 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-from ..errors import FeedlineError
+from ..errors import WorkerError
 from .shared_rows import Arena, RowFormat, SharedFd
 from .shutdown import close_at_exit
 from .worker_process import IDLE, ChunkDone, Synced, WorkerSetup, serve
 
 log = logging.getLogger(__name__)
 JOIN_S = 5.0
-
-
-class WorkerError(FeedlineError):
-    """A worker process died, or went past the loader's ``timeout``: its number, pid, how it
-    ended and the record it held."""
 
 
 def start_method() -> str:
@@ -82,8 +77,10 @@ def death_report(k: int, pid: int, code: int | None, record: str) -> WorkerError
     how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
            else f"exited with code {code}")
     hint = " (SIGKILL is what the OOM killer sends: lower num_workers or batch_size)" if code == -9 else ""
-    return WorkerError(f"feedline worker {k} (pid {pid}) {how} {record}{hint}. The loader cannot go on: "
-                       "make a new FeedLoader")
+    error = WorkerError(f"feedline worker {k} (pid {pid}) {how} {record}{hint}. The loader cannot go on: "
+                        "make a new FeedLoader")
+    error.signum = -code if code is not None and code < 0 else None
+    return error
 
 
 def start_workers(context, setup: WorkerSetup, control: SharedFd, pool: "WorkerPool") -> None:

@@ -75,11 +75,10 @@ class ChunkDone:
 def serve(number: int, conn, setup: WorkerSetup, control: SharedFd, workers: int, inherited=()) -> None:
     """The worker's loop until it is told to stop or its parent is gone. ``control``: int64
     shared with the parent: [0] the current run, [1 + number] the record this worker holds."""
-    # Ctrl-C and a job's SIGTERM (sent to the whole group) are the consumer's to handle: it
-    # stops its workers, or they see it gone within a second. A worker dying of its own first
-    # would turn "terminated" into "a worker died".
+    # Ctrl-C is the consumer's to handle: it stops its workers, or they see it gone within a
+    # second. SIGTERM ends a worker quietly (not the trainer's handler, inherited over fork).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for fd in inherited:   # the other workers' parent-side sockets, copied by fork: their EOF is theirs
         try:
             os.close(fd)

@@ -13,6 +13,7 @@ from typing import Callable
 
 import torch.distributed as dist
 
+from ..errors import WorkerError
 from .config import TrainError
 from .distributed import DistInfo
 
@@ -94,6 +95,11 @@ def explained(info: DistInfo, timeout_s: float, where: Callable[[], str], resume
     try:
         yield
     except Terminated:
+        with sigterm_ignored():
+            error = terminated(info, where(), resume_hint())
+    except WorkerError as exc:   # torchrun and schedulers signal the whole tree, the workers often first
+        if exc.signum != signal.SIGTERM:
+            raise
         with sigterm_ignored():
             error = terminated(info, where(), resume_hint())
     except Exception as exc:
