@@ -9,6 +9,7 @@ and is closed (its threads stopped and joined) at exit, before finalization.
 from __future__ import annotations
 
 import atexit
+import logging
 import weakref
 
 _owners: "weakref.WeakSet" = weakref.WeakSet()
@@ -22,4 +23,7 @@ def close_at_exit(owner) -> None:
 @atexit.register
 def _close_all() -> None:
     for owner in list(_owners):
-        owner.close()
+        try:
+            owner.close()
+        except Exception:   # one that fails must not leave the others running (a worker joined forever)
+            logging.getLogger(__name__).exception("closing %r at exit failed", owner)
