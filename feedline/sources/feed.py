@@ -1,22 +1,32 @@
-"""The consumer's side of the decode threads, and the one owner of the ring's Slots while a
-run lasts: it plans each batch, in order, into a free Slot and hands it to the decode queue,
-then gives the filled Slots back in the same order, and takes each back when it is released.
-Planning runs here, on the consumer's thread and outside the queue's lock: the decode
-threads only read, decode and write.
+"""The consumer's side of both CPU engines, and the one owner of the ring's Slots while a
+run lasts: it plans each batch, in order, into a free Slot and hands it to the engine's
+queue (the decode threads' DecodeQueue, the workers' WorkerQueue), then gives the filled
+Slots back in the same order, and takes each back when it is released. Planning runs
+here, on the consumer's thread and outside the queue's lock: the decode threads and the
+workers only read, decode and write.
 
 The data flows one way: plan -> load a free Slot (its labels, targets and the transforms'
-parameters) -> decode threads fill it -> the Finisher finishes it -> released here.
+parameters) -> decode threads or workers fill it -> the Finisher finishes it -> released here.
 """
 from __future__ import annotations
 
 import collections
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 from ..plan import BatchPlan
-from .decode_queue import DecodeQueue
 from .ring import Ring
 from .slot import Slot
 from .target_batches import TargetSpec, plan_targets
+
+
+class BatchQueue(Protocol):
+    """What fills the Slots a Feed plans: a DecodeQueue or a WorkerQueue."""
+
+    def submit(self, slot: Slot) -> None: ...
+
+    def fail(self, error: BaseException) -> None: ...
+
+    def next_filled(self, block: bool = True) -> Slot | None: ...
 
 
 class Feed:
@@ -24,7 +34,7 @@ class Feed:
     one consumer calls it. ``draw``: plan -> the per-sample transforms' parameters
     (transforming.py), or None; ``targets``: the targets beyond the label, or None."""
 
-    def __init__(self, queue: DecodeQueue, plans: Iterator[BatchPlan], ring: Ring,
+    def __init__(self, queue: BatchQueue, plans: Iterator[BatchPlan], ring: Ring,
                  draw: Callable | None = None, targets: TargetSpec | None = None):
         self._queue, self._plans, self._ring = queue, plans, ring
         self._draw, self._targets = draw, targets
@@ -51,7 +61,7 @@ class Feed:
 
     def next_filled(self, block: bool = True) -> Slot | None:
         """The oldest submitted Slot once it is filled; None at the end of the epoch (or,
-        with block=False, when it is not ready yet). Raises a decode thread's error."""
+        with block=False, when it is not ready yet). Raises the engine's errors in order."""
         self._top_up()
         return self._queue.next_filled(block)
 

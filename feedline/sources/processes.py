@@ -26,6 +26,7 @@ from ..decoders.base import Decoder
 from ..plan import EpochPlan
 from ..stats import LoaderStats
 from .cuda_finisher import device_batches_bytes
+from .feed import Feed
 from .host_pinning import HostPinning
 from .parts import EngineParts
 from .policy import BadRecordPolicy
@@ -33,7 +34,7 @@ from .readahead import read_ahead
 from .ring import Ring, ring_slots
 from .shared_ring import SharedRing, writes_normalized
 from .slot import Slot
-from .target_batches import plan_targets, substitute_targets
+from .target_batches import substitute_targets
 from .threads import deliver
 from .watchdog import Watchdog
 from .worker_pool import WorkerPool
@@ -44,40 +45,31 @@ DRAIN_S = 30.0          # an abandoned run's workers each finish the sample they
 
 @dataclass
 class _Job:
-    slot: Slot
+    slot: Slot | None    # None: a batch that could not be made (``fail``)
     left: int
     error: BaseException | None = None
 
 
-class ProcessFeed:
-    """The consumer's side: plans each free Slot, sends its chunks to the workers, and gives
-    the filled Slots back in order. Same surface as feed.Feed (``next_filled``, ``release``)."""
+class WorkerQueue:
+    """The workers' side of a run, as the decode queue is the threads': each submitted Slot's
+    chunks go to the workers, and the filled Slots come back in order. The Feed (feed.py)
+    plans the Slots and drives it, as it drives the thread engine's queue."""
 
-    def __init__(self, pool: WorkerPool, plans: Iterator, shared: SharedRing, epoch: EpochPlan,
-                 policy: BadRecordPolicy, stats: LoaderStats, store, timeout_s: float = 0.0):
-        self._pool, self._plans, self._shared, self._ring = pool, plans, shared, shared.ring
+    def __init__(self, pool: WorkerPool, shared: SharedRing, epoch: EpochPlan, policy: BadRecordPolicy,
+                 stats: LoaderStats, store, timeout_s: float = 0.0):
+        self._pool, self._shared = pool, shared
         self._epoch, self._policy, self._stats, self._store = epoch, policy, stats, store
-        self._free = collections.deque(range(self._ring.slots))
         self._jobs: collections.deque[_Job] = collections.deque()
         self._pending: dict[int, _Job] = {}
         self._queued = [0] * pool.count      # chunks sent to each worker, not answered yet
-        self._tickets, self._watchdog, self._ended = itertools.count(), Watchdog(pool, timeout_s), False
+        self._tickets, self._watchdog = itertools.count(), Watchdog(pool, timeout_s)
         self.generation = pool.new_generation()
 
-    def _top_up(self) -> None:
-        while self._free and not self._ended:
-            try:
-                plan = next(self._plans)
-                slot = self._ring.slot(self._free[0])
-            except StopIteration:
-                self._ended = True
-                return
-            slot.load(plan)
-            plan_targets(self._shared.targets, slot)
-            self._free.popleft()
-            self._submit(slot)
+    def fail(self, error: BaseException) -> None:
+        """The next batch cannot be made: the consumer gets ``error`` after the batches before it."""
+        self._jobs.append(_Job(None, 0, error))
 
-    def _submit(self, slot: Slot) -> None:
+    def submit(self, slot: Slot) -> None:
         """The batch's chunks, each sent at once to the worker with the fewest waiting: the
         workers go on decoding every planned batch of the ring while the consumer is away (a
         training step, a batch transform), as the thread engine's decode queue does. (Held
@@ -101,7 +93,8 @@ class ProcessFeed:
                                               plan.flips[first:stop], self._epoch.spec)))
 
     def next_filled(self, block: bool = True) -> Slot | None:
-        self._top_up()
+        """The oldest submitted Slot once the workers have written it; None when nothing is
+        submitted (or, with block=False, when it is not ready yet). Raises in order."""
         self._watchdog.start()
         while True:
             if not self._jobs:
@@ -146,12 +139,9 @@ class ProcessFeed:
             return other
         return attempt
 
-    def release(self, slot: Slot) -> None:
-        self._free.append(slot.number)
-
     def drain(self) -> None:
         """Wait until every worker has answered what it was sent (the workers skip what is
-        left of an abandoned run). A sync token per worker marks the end: the feed's own
+        left of an abandoned run). A sync token per worker marks the end: the queue's own
         count of chunks in flight may be wrong here, when an exception (Ctrl-C) cut into it.
         The loader's ``timeout`` bounds it too: a worker stuck on its sample is stopped."""
         self._pool.new_generation()
@@ -195,8 +185,8 @@ class ProcessBatches:
         plans = epoch.batches(store.labels, store.sizes, start, samples=samples)
         policy = self.bad_records.policy(epoch, stats.ledger)
         with read_ahead(store, epoch, start, samples) as ahead:
-            feed = ProcessFeed(self.pool, ahead.follow(plans), self.shared, epoch, policy, stats, store,
-                               self.config.timeout)
+            queue = WorkerQueue(self.pool, self.shared, epoch, policy, stats, store, self.config.timeout)
+            feed = Feed(queue, ahead.follow(plans), self.shared.ring, targets=self.targets)   # workers draw
             whole = False
             try:
                 yield from deliver(feed, self.finisher, stats)
@@ -206,9 +196,9 @@ class ProcessBatches:
                 raise
             finally:
                 if self.pool.running:
-                    self._finish(feed, whole)
+                    self._finish(queue, whole)
 
-    def _finish(self, feed: ProcessFeed, whole: bool) -> None:
+    def _finish(self, queue: WorkerQueue, whole: bool) -> None:
         """The workers made ready for the next run. An exception that cut into the feed's
         steps (a Ctrl-C anywhere, an error) may have left a message half sent or an arena
         half given: those workers are stopped, as are workers the drain cannot settle (a
@@ -216,7 +206,7 @@ class ProcessBatches:
         ready = False
         try:
             if whole:
-                feed.drain()
+                queue.drain()
                 ready = True
         finally:
             if not ready:
