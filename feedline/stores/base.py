@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 import operator
 import os
-import threading
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -13,10 +12,10 @@ from ..errors import ChecksumError, StoreError
 from ..format import CHECKSUMS, COLUMN_NAMES, Columns, checksum, class_lists_of, fields_of, has_checksums
 from ..targets import FIELD_COLUMNS, FieldsError, TargetColumns
 from .advice import will_need
+from .process_local import process_lock
 
 log = logging.getLogger(__name__)
 
-_warned_lock = threading.Lock()
 _warned_no_checksums: set[str] = set()   # files already reported, so each is reported once
 
 
@@ -24,7 +23,8 @@ class Store(ABC):
     """Random access to records: encoded bytes, targets, (height, width), source path.
 
     Thread-safe: many threads may call ``read`` at once, with no global lock on the
-    read path. Fork-safe: a store opened before a fork reopens its handles in the child.
+    read path. Fork-safe: a store opened before a fork reopens its handles in the child,
+    never touching (not even closing) the ones it inherited.
     """
 
     filename: str   # the file or folder the store was opened from
@@ -149,7 +149,7 @@ class Store(ABC):
         if self.columns.checksums is not None:
             return
         key = os.path.realpath(self.filename)
-        with _warned_lock:
+        with process_lock():   # a lock of this process: one held at a fork stays with the parent
             if key in _warned_no_checksums:
                 return
             _warned_no_checksums.add(key)
