@@ -8,6 +8,7 @@ import pytest
 
 from feedline.errors import StoreError
 from feedline.stores import RemoteOptions, is_remote, open_dataset
+from tests.process_helpers import fork_storm
 from tests.remote_helpers import records
 
 pytestmark = pytest.mark.s3
@@ -50,3 +51,12 @@ def test_unsupported_schemes_are_refused_in_one_line():
         with pytest.raises(StoreError, match=r"does not read .*://.*reads local paths and s3://") as info:
             open_dataset(url)
         assert "\n" not in str(info.value)
+
+
+@pytest.mark.slow
+def test_two_hundred_forks_taken_while_threads_read_a_bucket_never_hang_a_child(uploaded, s3_env):
+    """Told before the forks, the opener fetches for its children; a child never touches the
+    opener's locks, sockets or cached files' handles, whatever its threads were doing."""
+    url, _ = uploaded
+    counts = fork_storm(url, 200, env=dict(os.environ))
+    assert counts == {"forked": 200, "hung": 0, "wrong": 0, "failed": 0, "problems": []}

@@ -116,6 +116,8 @@ class WorkerPool:
         self._tokens = itertools.count()
         self.conns, self.procs = [], []
         try:
+            if method == "fork":   # spawned workers open the store themselves, by name
+                setup.store.before_fork()
             start_workers(multiprocessing.get_context(method), setup, SharedFd(self._control.fd), self)
         except BaseException:
             self.close()

@@ -21,11 +21,8 @@ _warned_no_checksums: set[str] = set()   # files already reported, so each is re
 
 class Store(ABC):
     """Random access to records: encoded bytes, targets, (height, width), source path.
-
-    Thread-safe: many threads may call ``read`` at once, with no global lock on the
-    read path. Fork-safe: a store opened before a fork reopens its handles in the child,
-    never touching (not even closing) the ones it inherited.
-    """
+    Thread-safe: many threads may call ``read`` at once, with no global lock on the read
+    path. Fork-safe: a forked child never touches, not even to close, handles it inherited."""
 
     filename: str   # the file or folder the store was opened from
     kind: str       # "lmdb", "hdf5" or "folder"
@@ -156,6 +153,9 @@ class Store(ABC):
         log.warning("%s: format version %s has no checksums: damaged bytes cannot be told from good "
                     "ones. Pack the image folder again to add them.",
                     self.filename, self.meta.get("format_version"))
+
+    def before_fork(self) -> None:
+        """Call in the parent just before forking processes that will read this store."""
 
     def close(self) -> None:
         """Release file handles. Reading after close reopens them."""

@@ -37,6 +37,10 @@ class CacheFullError(RemoteError):
     """The cache's disk has no room for a shard."""
 
 
+class NoAnswerError(RemoteError):
+    """Every try of a request failed or went unanswered: the server is down, hung or unreachable."""
+
+
 @dataclass(frozen=True)
 class RemoteOptions:
     """How remote data sets are fetched and cached. ``cache_dir`` defaults to
@@ -62,6 +66,11 @@ class RemoteOptions:
         limit = os.environ.get("FEEDLINE_CACHE_LIMIT")
         return cls(cache_dir=os.environ.get("FEEDLINE_CACHE_DIR") or None,
                    cache_limit=parse_bytes(limit, "FEEDLINE_CACHE_LIMIT") if limit else cls.cache_limit)
+
+    @property
+    def fetch_budget_s(self) -> float:
+        """The longest one request can take, all its tries and the waits between them included."""
+        return self.tries * self.timeout_s + self.backoff_s * (2 ** (self.tries - 1) - 1)
 
     @property
     def cache_root(self) -> str:
@@ -188,7 +197,7 @@ class Bucket:
                             self.options.tries, _first_line(last), delay)
                 time.sleep(delay)
                 delay *= 2
-        raise RemoteError(f"{url}: {what} failed {self.options.tries} times ({_first_line(last)}); check that "
+        raise NoAnswerError(f"{url}: {what} failed {self.options.tries} times ({_first_line(last)}); check that "
                           "the server at AWS_ENDPOINT_URL (or the bucket's region) answers, then run again")
 
 

@@ -154,6 +154,10 @@ class ShardedStore(Store):
     def files(self) -> list[str]:
         return list(self.shard_files)
 
+    def before_fork(self) -> None:
+        for store in self._stores:
+            store.before_fork()
+
     def close(self) -> None:
         for store in self._stores:
             store.close()
