@@ -29,7 +29,7 @@ from .detect import open_file
 
 log = logging.getLogger(__name__)
 
-_SIDE_FILES = (".errors.csv", ".partial", ".partial.images", ".partial.journal", ".json")
+_SIDE_FILES = (".errors.csv", ".partial", ".partial.images", ".partial.journal", ".partial.lock", ".json")
 
 
 class ShardedStore(Store):
