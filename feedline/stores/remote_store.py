@@ -31,9 +31,9 @@ from .sharded_store import ShardedStore, check_alike, check_against_index
 log = logging.getLogger(__name__)
 
 
-def open_remote(url: str, options: RemoteOptions | None = None) -> "RemoteShardedStore":
-    """The sharded data set whose index is the object ``url`` (s3://bucket/train.shards.json)."""
-    options = options or RemoteOptions.from_env()
+def open_remote(url: str, options: RemoteOptions) -> "RemoteShardedStore":
+    """The sharded data set whose index is the object ``url`` (s3://bucket/train.shards.json);
+    ``options`` with the cache chosen (`from_environment`)."""
     bucket, key = Bucket.of(url, options)
     if not key.endswith(".json"):
         raise StoreError(f"{url}: a remote data set is opened by its shard index (OUT.shards.json), "
