@@ -111,9 +111,9 @@ def test_a_wait_for_another_fetch_is_bounded_and_says_whose_lock(tmp_path):
             cache.get("s", 3, writer(b"abc"), no_check)
     finally:
         os.close(lock)
-    assert str(info.value) == (f"{cache.path('s')}: waited 0 s for another fetch of this shard (its lock, "
-                               f"{cache.path('s')}.lock, is held): that process may be stopped or hung; end it, "
-                               "or remove the lock file if it is gone")
+    assert str(info.value) == (f"{cache.path('s')}.lock: waited 0 s for another fetch of this shard (this lock is "
+                               "held): that process may be stopped or hung; end it, or remove the lock file if it "
+                               "is gone")
     assert not cache.complete("s")
 
 
@@ -156,3 +156,34 @@ def test_a_child_forked_while_a_lock_is_held_does_not_keep_it(tmp_path):
     finally:
         child.kill()
         child.join()
+
+
+def test_two_fetches_at_once_keep_the_cache_within_its_limit(tmp_path):
+    """A shard arriving counts whole from the moment its room is made: a second fetch meanwhile
+    evicts for both (it used to see the first one's few bytes and overshoot by a shard)."""
+    import threading
+    cache = ShardCache(str(tmp_path), limit=350, wait_s=WAIT_S)
+    for k, name in enumerate("abc"):
+        cache.get(name, 100, writer(b"x" * 100), no_check)
+        os.utime(cache.path(name), (1000 + k, 1000 + k))
+    arriving, release = threading.Event(), threading.Event()
+
+    def slow(dest: str) -> int:
+        with open(os.open(dest, os.O_WRONLY), "wb") as fh:   # as Bucket.download writes: over the reservation
+            fh.write(b"y" * 10)
+            arriving.set()
+            release.wait(10)
+            fh.write(b"y" * 90)
+        return 100
+
+    first = threading.Thread(target=cache.get, args=("d", 100, slow, no_check))
+    first.start()
+    arriving.wait(10)
+    try:
+        cache.get("e", 100, writer(b"z" * 100), no_check)
+        assert cache.used_bytes() == 300   # c, e and d's room
+        assert [cache.complete(n) for n in "abce"] == [False, False, True, True]   # the two least recent went
+    finally:
+        release.set()
+        first.join()
+    assert cache.complete("d") and cache.used_bytes() == 300

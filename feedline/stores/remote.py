@@ -157,14 +157,16 @@ class Bucket:
             return None
 
     def download(self, key: str, dest: str) -> int:
-        """Object ``key`` into the file ``dest`` (created or replaced); its size in bytes."""
+        """Object ``key`` into the file ``dest`` (created, or written over and cut to the object's
+        size: a file made to reserve the room keeps its size while it fills); its size in bytes."""
         def fetch() -> int:
             result = self._obstore.get(self._store, key)
             written = 0
-            with open(dest, "wb") as fh:
+            with open(os.open(dest, os.O_WRONLY | os.O_CREAT, 0o644), "wb") as fh:
                 for chunk in result.stream(min_chunk_size=8 << 20):
                     fh.write(chunk)
                     written += len(chunk)
+                fh.truncate(written)
             return written
         return self._call("fetch", key, fetch)
 

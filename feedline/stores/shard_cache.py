@@ -27,6 +27,7 @@ from .remote import CacheFullError, RemoteError
 log = logging.getLogger(__name__)
 
 _PARTIAL, _LOCK = ".partial", ".lock"
+_ROOM = "room" + _LOCK   # held while a fetch makes room and reserves it: the limit holds with fetches at once
 _POLL_S = (0.002, 0.05)   # a wait for another's fetch looks again after 2 ms, then less often
 
 
@@ -62,14 +63,17 @@ class ShardCache:
         path = self.path(name)
         if self._present(path, size):
             return path
-        with self._locked(name):
+        with self._shard_locked(name):
             if self._present(path, size):   # another thread or process fetched it while this one waited
                 return path
             if before_fetch is not None:
                 before_fetch()
-            self._make_room(size or 0, {name, *keep})
             partial = path + _PARTIAL
             try:
+                with self._locked(self.path(_ROOM), "another fetch making room in the cache"):
+                    self._make_room(size or 0, {name, *keep})
+                    with open(partial, "wb") as fh:   # its room reserved: counted whole by others from now on
+                        fh.truncate(size or 0)
                 written = fetch(partial)
                 if size is not None and written != size:
                     raise ShardDamaged(f"{name}: {written} bytes arrived, the object has {size}")
@@ -105,11 +109,14 @@ class ShardCache:
 
     def discard(self, name: str) -> None:
         """Remove a complete shard (found damaged): the next ``get`` fetches it again."""
-        with self._locked(name):
+        with self._shard_locked(name):
             _remove(self.path(name))
 
     def used_bytes(self) -> int:
-        return sum(size for _, size, _ in self._entries())
+        """The bytes the folder holds (shards, those arriving at their whole size, heads), counted
+        while no fetch makes room: what the limit bounds."""
+        with self._locked(self.path(_ROOM), "another fetch making room in the cache"):
+            return sum(size for _, size, _ in self._entries())
 
     def _entries(self) -> list[tuple[str, int, float]]:
         """(name, bytes, last use) of the complete shards (and any partial being fetched)."""
@@ -145,11 +152,14 @@ class ShardCache:
                         "hold at least the shards read at once plus those fetched ahead", self.folder, used,
                         self.limit)
 
+    def _shard_locked(self, name: str):
+        return self._locked(self.path(name) + _LOCK, "another fetch of this shard")
+
     @contextmanager
-    def _locked(self, name: str):
-        """Shard ``name``'s lock, waited for at most ``wait_s`` (then a RemoteError). It is unlocked
-        before its file is closed: a child forked meanwhile holds a copy of the file, never the lock."""
-        lock_file = self.path(name) + _LOCK
+    def _locked(self, lock_file: str, what: str):
+        """The lock ``lock_file``, waited for at most ``wait_s`` (then a RemoteError naming ``what``
+        holds it). Unlocked before its file is closed: a child forked meanwhile holds a copy of
+        the file, never the lock."""
         fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             deadline, pause = time.monotonic() + self.wait_s, _POLL_S[0]
@@ -159,9 +169,9 @@ class ShardCache:
                     break
                 except BlockingIOError:
                     if time.monotonic() > deadline:
-                        raise RemoteError(f"{self.path(name)}: waited {self.wait_s:.0f} s for another fetch of this "
-                                          f"shard (its lock, {lock_file}, is held): that process may be stopped "
-                                          "or hung; end it, or remove the lock file if it is gone") from None
+                        raise RemoteError(f"{lock_file}: waited {self.wait_s:.0f} s for {what} (this lock is held): "
+                                          "that process may be stopped or hung; end it, or remove the lock file "
+                                          "if it is gone") from None
                     time.sleep(pause)
                     pause = min(2 * pause, _POLL_S[1])
             try:
