@@ -85,6 +85,7 @@ def test_a_holder_dropped_releases_its_value_in_the_maker_only():
         holder.get()        # the child's own
         holder = None       # dropped in the child: releases the child's value, not the parent's
         gc.collect()
+        ProcessLocal(object).get()   # a safe point
         return repr(log).encode()
 
     code, out = in_child(work)
@@ -94,7 +95,30 @@ def test_a_holder_dropped_releases_its_value_in_the_maker_only():
     pid = holder.get().pid
     holder = None
     gc.collect()
+    ProcessLocal(object).get()   # a safe point: the collected holder's value is released there
     assert log == [("released", pid, os.getpid())]
+
+
+def test_a_holder_collected_while_its_release_lock_is_held_is_released_later_not_deadlocked():
+    """The collector may run inside any allocation, while this very thread holds the lock that
+    the release takes (a store's registry lock, say): the release waits for a safe point."""
+    lock, log = threading.Lock(), []
+
+    def release(value) -> None:
+        if not lock.acquire(timeout=1):   # what would have been a deadlock
+            log.append("released while its lock was held by the releasing thread")
+            return
+        log.append("released")
+        lock.release()
+
+    holder = ProcessLocal(object, release)
+    holder.get()
+    with lock:
+        holder = None
+        gc.collect()
+    assert log == []
+    ProcessLocal(object).get()
+    assert log == ["released"]
 
 
 EXITS_NORMALLY = """

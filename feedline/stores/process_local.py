@@ -22,9 +22,11 @@ T = TypeVar("T")
 _locks: dict[int, threading.RLock] = {}          # pid -> that process's lock; ancestors' entries left alone
 _values: dict[int, dict[int, object]] = {}      # serial -> {pid of the maker: value}
 _serials = itertools.count()
-# One reference never dropped: emptying the module at exit must not free (destroy) the values
-# a forked child inherited. The owner's values are let go by their owner, or at exit with it.
+_dropped: dict[int, list] = {}   # pid -> (release, value) of holders collected there, released at a safe point
+# One reference each never dropped: emptying the module at exit must not free (destroy) the
+# values a forked child inherited. The owner's values are let go by their owner, or at exit with it.
 ctypes.pythonapi.Py_IncRef(ctypes.py_object(_values))
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_dropped))
 
 
 def process_lock() -> threading.RLock:
@@ -40,7 +42,9 @@ class ProcessLocal(Generic[T]):
     """One value per process, made by ``make()`` on the first ``get`` in that process.
 
     ``release(value)`` (optional) lets go of a value whose holder was garbage collected, in
-    the process that made it only. Thread-safe."""
+    the process that made it only, and not from the collector (it may run while this very
+    thread holds a lock that ``release`` takes): at the next ``get`` that makes a value, or
+    ``take``, in that process. Thread-safe."""
 
     def __init__(self, make: Callable[[], T], release: Callable[[T], None] | None = None):
         self._make = make
@@ -54,6 +58,7 @@ class ProcessLocal(Generic[T]):
         pid = os.getpid()
         if owned is not None and owned[0] == pid:
             return owned[1]
+        release_dropped()
         with process_lock():
             owned = self._owned
             if owned is None or owned[0] != pid:
@@ -70,6 +75,7 @@ class ProcessLocal(Generic[T]):
     def take(self) -> T | None:
         """This process's value, handed to the caller to close (the next ``get`` makes a new
         one); None when this process made none. An inherited value stays where it is."""
+        release_dropped()
         pid = os.getpid()
         with process_lock():
             owned = self._owned
@@ -89,10 +95,20 @@ class ProcessLocal(Generic[T]):
         return [value for maker, value in list(_values.get(self._serial, {}).items()) if maker != pid]
 
 
+def release_dropped() -> None:
+    """Release the values of this process whose holders were collected (their releases wait
+    for a call like this, made where no lock is held)."""
+    dropped = _dropped.get(os.getpid())
+    while dropped:
+        release, value = dropped.pop()
+        release(value)
+
+
 def _forget(serial: int, release: Callable | None) -> None:
+    pid = os.getpid()
     made = _values.get(serial, {})
-    value = made.pop(os.getpid(), None)   # only this process's own
+    value = made.pop(pid, None)   # only this process's own
     if not made:
         _values.pop(serial, None)
     if value is not None and release is not None:
-        release(value)
+        _dropped.setdefault(pid, []).append((release, value))
