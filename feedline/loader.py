@@ -21,9 +21,9 @@ from .config import UNSET, LoaderConfig, OrderSpec, OutputSpec, TransformSpec, d
 from .decoders.base import Decoder
 from .keywords import (augment_spec, choose_order, choose_pinning, choose_threads, order_spec, output_spec,
                        refuses_moved_keywords, transform_spec)
-from .memory import check_buffers_fit
 from .order import batch_count
 from .plan import EpochPlan
+from .position import STATE_VERSION, Position, fingerprint, position_from_state
 from .selection import resolve_engine_and_decoder
 from .size_schedule import schedule_of
 from .sources import make_source
@@ -31,18 +31,6 @@ from .stats import LoaderStats
 from .stores import Store, is_remote, open_dataset, shard_counts, will_visit
 
 log = logging.getLogger(__name__)
-
-STATE_VERSION = 2
-_KNOWN_STATES = (1, 2)  # version 1 said shuffle=True/False where version 2 says order
-
-
-@dataclass(frozen=True)
-class Position:
-    """Where a loader stands: batches ``0 .. batch - 1`` of ``epoch`` are delivered."""
-
-    epoch: int = 0
-    batch: int = 0
-
 
 class FeedLoader:
     """Yields ``(images, labels)``: images N x 3 x H x W, normalized with ``mean``/``std``
@@ -62,9 +50,10 @@ class FeedLoader:
     agree with it. ``num_workers``: the decode threads or worker processes ("auto": the usable
     cores split over torchrun's ranks on this node, ``LOCAL_WORLD_SIZE``, at least one; a number is
     kept, up to the cores). ``timeout`` (engine="processes" only): seconds the due batch's workers
-    may go silent before a WorkerError names each and its record (0: forever). Order, crops and
-    flips are pure functions of (seed, epoch, index): the same batches for any thread count or
-    engine; ``state_dict()`` resumes mid-epoch exactly. One iteration runs at a time: a new
+    may go silent before a WorkerError names each and its record (0: forever). ``region_decode``
+    (gpu, dali): decode only each crop's region (None: where known safe). Order, crops and flips
+    are pure functions of (seed, epoch, index): the same batches for any worker count or engine;
+    ``state_dict()`` resumes mid-epoch exactly. One iteration runs at a time: a new
     ``iter(loader)`` ends the previous one, which then raises. README: transforms, size per epoch, targets.
     """
 
@@ -76,24 +65,23 @@ class FeedLoader:
                  order: str | Order | OrderSpec | None = None, num_workers: int | str = "auto",
                  device: str | torch.device | None = None, dtype: torch.dtype | None = UNSET, mean=UNSET,
                  std=UNSET, drop_last: bool = False, seed: int = 0, prefetch: int = 2, on_error: str = "raise",
-                 pin_memory: bool | None = None, persistent_workers: bool | None = None, timeout: float = 0):
-        del persistent_workers  # DataLoader's: needs nothing here, the buffers persist anyway
-        self.store = open_source(source)
-        order = order_spec(order)
+                 pin_memory: bool | None = None, persistent_workers: bool | None = None, timeout: float = 0,
+                 region_decode: bool | None = None):
+        del persistent_workers  # DataLoader's: needs nothing here, the workers and buffers persist anyway
+        self.store, order = open_source(source), order_spec(order)
+        chosen_order = checked_order(self.store, shuffle, order)
         rank, world_size = distributed_position(order.rank, order.world_size)
         output = output_spec(output, device, mean=mean, std=std, dtype=dtype)
         augment = augment_spec(augment, size=size if (schedule := schedule_of(size)) is None else schedule.at(0),
                                train=train)
         chosen = resolve_engine_and_decoder(engine, decoder, output.device, self.store, num_workers=num_workers)
         self.config = LoaderConfig(
-            batch_size=batch_size, order=choose_order(shuffle, order.order, is_remote(self.store)), drop_last=drop_last, seed=seed,
-            num_threads=choose_threads(num_workers), prefetch=prefetch, engine=chosen.engine,
+            batch_size=batch_size, order=chosen_order, drop_last=drop_last, seed=seed,
+            num_workers=choose_threads(num_workers), prefetch=prefetch, engine=chosen.engine,
             decoder=chosen.decoder_name, on_error=on_error, output=output, rank=rank, world_size=world_size,
             even_shards=order.even_shards, quasi_random=order.quasi_random, pin_memory=choose_pinning(pin_memory),
-            augment=augment, size_schedule=schedule, transforms=transform_spec(transforms), timeout=timeout)
-        if self.config.order is Order.QUASI_RANDOM:
-            warn_if_class_sorted(self.store, self.config.quasi_random)
-        check_buffers_fit(self.config.at_largest_size())
+            augment=augment, size_schedule=schedule, transforms=transform_spec(transforms), timeout=timeout,
+            region_decode=region_decode)
         self.source = make_source(self.store, self.config, chosen.decoder)
         self.stats = LoaderStats()
         self._position, self._started = Position(), False  # _started: this epoch delivered a batch
@@ -193,7 +181,7 @@ class FeedLoader:
         c = self.config
         decoder = f", decoder={c.decoder!r}" if c.decoder is not None else ""
         return (f"FeedLoader({self.store.filename!r}, batch_size={c.batch_size}, engine={c.engine.value!r}"
-                f"{decoder}, threads={c.num_threads}, device={c.output.device!r}, {len(self)} batches/epoch)")
+                f"{decoder}, workers={c.num_workers}, device={c.output.device!r}, {len(self)} batches/epoch)")
 
 
 def plan_epoch(store: Store, c: LoaderConfig, position: Position) -> EpochPlan:
@@ -255,30 +243,13 @@ def open_source(source) -> Store:
                     "FeedLoader('OUT.lmdb', ...)")
 
 
-def fingerprint(config: LoaderConfig, samples: int) -> dict:
-    """What must match for a saved position to mean the same batches."""
-    c = config
-    return {"seed": c.seed, "order": c.order.value, "batch_size": c.batch_size, "drop_last": c.drop_last,
-            "world_size": c.world_size, "even_shards": c.even_shards, "quasi_random": list(c.quasi_random),
-            "samples": samples}
-
-
-def position_from_state(state: dict, expected: dict) -> Position:
-    """The Position a saved loader state holds, once its version and fingerprint check out."""
-    version = state.get("version")
-    if version not in _KNOWN_STATES:
-        raise ValueError(f"cannot resume: the loader state has version {version!r}; this feedline "
-                         f"reads versions {', '.join(map(str, _KNOWN_STATES))} (it writes {STATE_VERSION}). "
-                         "Resume with the feedline that saved it, or start the epoch afresh")
-    if version == 1:  # shuffle: bool where version 2 has order; drop_last and even_shards as now
-        state = {**state, "order": (Order.RANDOM if state.get("shuffle") else Order.SEQUENTIAL).value,
-                 "drop_last": expected["drop_last"], "even_shards": True,
-                 "quasi_random": expected["quasi_random"]}
-    for key, value in expected.items():
-        if state.get(key) != value:
-            raise ValueError(f"cannot resume: the saved loader had {key}={state.get(key)!r}, "
-                             f"this one has {value!r}")
-    return Position(int(state["epoch"]), int(state["batch"]))
+def checked_order(store: Store, shuffle: bool | None, order: OrderSpec) -> Order:
+    """The order of DataLoader's ``shuffle`` and ``order`` (keywords.choose_order), with a
+    warning for a quasi-random order over a store packed class by class."""
+    chosen = choose_order(shuffle, order.order, is_remote(store))
+    if chosen is Order.QUASI_RANDOM:
+        warn_if_class_sorted(store, order.quasi_random)
+    return chosen
 
 
 def warn_if_class_sorted(store, quasi_random: tuple[int, int]) -> None:

@@ -66,7 +66,7 @@ def test_the_loader_config_is_resolved():
     assert "shuffle" not in {f.name for f in dataclasses.fields(LoaderConfig)} and not hasattr(c, "shuffle")
     with pytest.raises(ValueError, match="not 'auto'"):
         LoaderConfig(engine="auto")
-    with pytest.raises(ValueError, match="the thread engine names its decoder"):
+    with pytest.raises(ValueError, match="the CPU engine names its decoder"):
         LoaderConfig(engine="dali", decoder="opencv")
 
 

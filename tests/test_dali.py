@@ -57,7 +57,7 @@ def corrupt_store(folder, tmp_path):
 
 def dali_batches(store, output=OutputSpec(), spec=AugmentSpec(size=SIZE, train=True), **kw):
     from feedline.sources import make_source
-    config = LoaderConfig(batch_size=5, order=Order.RANDOM, seed=3, num_threads=2, engine="dali", decoder=None,
+    config = LoaderConfig(batch_size=5, order=Order.RANDOM, seed=3, num_workers=2, engine="dali", decoder=None,
                           augment=spec, output=output, **kw)
     return make_source(store, config)
 

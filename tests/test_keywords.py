@@ -33,9 +33,10 @@ def test_a_keyword_that_moved_into_a_spec_names_the_spec(packed_lmdb, keyword, v
 
 
 def test_the_parameters_are_few():
-    """DataLoader's keywords, the specs, and the loose keywords users pass most: 23 at most."""
+    """DataLoader's keywords, the specs, the loose keywords users pass most and the GPU engines'
+    region_decode: 24 at most."""
     import inspect
-    assert len(inspect.signature(FeedLoader.__init__).parameters) - 1 <= 23
+    assert len(inspect.signature(FeedLoader.__init__).parameters) - 1 <= 24
 
 
 def test_auto_workers_split_the_usable_cores_between_the_ranks_of_a_node(packed_lmdb, monkeypatch):
@@ -51,8 +52,8 @@ def test_auto_workers_split_the_usable_cores_between_the_ranks_of_a_node(packed_
     assert choose_threads("auto") == 8
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert choose_threads("auto") == 4
-    assert loader(packed_lmdb, num_workers="auto").config.num_threads == 4
-    assert loader(packed_lmdb, num_workers=6).config.num_threads == 6
+    assert loader(packed_lmdb, num_workers="auto").config.num_workers == 4
+    assert loader(packed_lmdb, num_workers=6).config.num_workers == 6
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
     assert choose_threads("auto") == 2
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "12")   # more ranks than cores: one each

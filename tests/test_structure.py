@@ -95,7 +95,7 @@ LAYERS = [
     ("transforms", ["feedline.transforms"]),
     ("converters and tools", ["converters", "feedline.verify", "feedline.describe"]),
     ("sources", ["feedline.sources"]),
-    ("loader", ["feedline.loader", "feedline.memory", "feedline.keywords"]),   # memory asks the engines for their buffers' bytes
+    ("loader", ["feedline.loader", "feedline.position", "feedline.keywords"]),
     ("trainer", ["feedline.train"]),
     ("cli", ["feedline.cli", "feedline.__main__"]),
 ]
