@@ -67,7 +67,10 @@ class RandomErasing(SampleOp):
     def noise(self, key, height: int, width: int) -> np.ndarray:
         """The uint8 height x width x 3 fill of value="random" for one sample's key."""
         z = np.random.Generator(np.random.Philox(int(key))).standard_normal((height, width, 3))
-        return to_u8(255 * (np.asarray(self.mean) + np.asarray(self.std) * z))
+        z *= self.std   # 255 * (mean + std * z), in place
+        z += self.mean
+        z *= 255
+        return to_u8(z)
 
     def params(self, u: np.ndarray) -> Params:
         return {"apply": u[:, 0] < self.p, "u": u[:, 1:-1],
