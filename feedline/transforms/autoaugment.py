@@ -134,8 +134,8 @@ class _AutoAugment(SampleOp):
         h, w = image.shape[:2]
         for k in range(self._slots):
             op = OPS[p["op"][k]]
-            image = apply_op_np(op, image, float(self._signed(op, p["bin"][k], p["negative"][k], h, w)),
-                                self.fill)
+            v = float(magnitude_table(op, self.num_magnitude_bins, h, w, self.wide)[p["bin"][k]])
+            image = apply_op_np(op, image, -v if p["negative"][k] and op in SIGNED else v, self.fill)
         return image
 
     def apply_torch(self, images: torch.Tensor, params: Params) -> torch.Tensor:

@@ -82,6 +82,8 @@ class RandomErasing(SampleOp):
         return boxes
 
     def apply_cpu(self, image: np.ndarray, p: dict) -> np.ndarray:
+        if not p["apply"]:
+            return image
         top, left, h, w = self._boxes(p, *image.shape[:2])[0]
         if h == 0:
             return image
