@@ -122,6 +122,13 @@ def pil_cases(img: np.ndarray) -> dict:
         cases[f"timm {name}"] = lambda fn=fn: fn(im)
     lut = [min(255, v + 99) if v < 128 else v for v in range(256)] * 3
     cases["timm SolarizeAdd"] = lambda: im.point(lut)
+    for name in ("Brightness", "Color", "Contrast", "Sharpness"):   # timm's level 9: 1.72, or 1.81 increasing
+        cases[f"timm {name}"] = lambda n=name: getattr(ImageEnhance, n)(im).enhance(1.72)
+        cases[f"timm {name}Increasing"] = lambda n=name: getattr(ImageEnhance, n)(im).enhance(1.81)
+    cases["timm Posterize"] = lambda: ImageOps.posterize(im, 3)
+    cases["timm PosterizeIncreasing"] = lambda: ImageOps.posterize(im, 1)
+    cases["timm Solarize"] = lambda: ImageOps.solarize(im, 230)
+    cases["timm SolarizeIncreasing"] = lambda: ImageOps.solarize(im, 26)
     for part, enhancer in (("brightness", ImageEnhance.Brightness), ("contrast", ImageEnhance.Contrast),
                            ("saturation", ImageEnhance.Color)):
         cases[f"jitter {part}"] = lambda e=enhancer: e(im).enhance(1.3)

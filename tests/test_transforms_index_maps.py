@@ -75,3 +75,23 @@ def test_the_cache_keeps_to_its_bytes_least_recently_used_out():
     assert built[-1] == 1
     got = cache.get(1, lambda: make(99))
     assert got[0] == 1 and not got.flags.writeable
+
+
+def test_a_forked_child_gets_a_free_lock_and_keeps_the_maps():
+    import os
+    import signal
+    img = oracle.photo(0, 30, 40)
+    m = geometry.rotate(11.0)
+    want = index_maps.warp_nearest(img, m)         # the map is cached here
+    cache = index_maps._CACHE
+    cache._lock.acquire()                          # as if a thread of this process held it at the fork
+    try:
+        pid = os.fork()
+        if pid == 0:                               # the child: would hang on the old lock
+            signal.alarm(30)                       # ... and then die rather than hang the test
+            ok = np.array_equal(index_maps.warp_nearest(img, m), want) and len(cache) > 0
+            os._exit(0 if ok else 1)
+    finally:
+        cache._lock.release()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

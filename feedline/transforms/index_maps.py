@@ -14,6 +14,7 @@ signs of three ops about 190.
 """
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from typing import Callable
@@ -56,6 +57,10 @@ class MapCache:
                 self._bytes -= old.nbytes
         return made
 
+    def renew_lock(self) -> None:
+        """A fresh lock, for a forked child: a thread of the parent may have held the old one."""
+        self._lock = threading.Lock()
+
     def __len__(self) -> int:
         return len(self._maps)
 
@@ -65,6 +70,7 @@ class MapCache:
 
 
 _CACHE = MapCache()
+os.register_at_fork(after_in_child=_CACHE.renew_lock)   # the maps stay: shared pages, still valid
 
 
 def source_map(matrix, height: int, width: int) -> np.ndarray:
