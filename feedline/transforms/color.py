@@ -94,19 +94,16 @@ def saturation_np(img, factor):
     return cv2.merge(out)
 
 
-_SMOOTH_SUM = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=np.float32)   # 13 x _SMOOTH
-
-
 def sharpness_np(img, factor):
     """The inner pixels blended towards PIL's SMOOTH filter, the blur rounded to whole numbers:
-    the sum of the 3 x 3 neighbours is a whole number, so round(sum / 13) is the same whatever
-    float arithmetic takes it (no sum is within rounding of a half)."""
+    the exact blur is a whole number over 13, at least 1/26 from any half, far beyond float32
+    error, so the rounded blur is the same whatever order the filter sums in (OpenCV here,
+    torch's conv2d on a batch)."""
     if img.shape[0] <= 2 or img.shape[1] <= 2:
         return img
     keep = np.float32(1.0 - float(factor))   # 1 - factor in float64, as torchvision's _blend
     values = img.astype(np.float32)
-    out = cv2.filter2D(values, -1, _SMOOTH_SUM, borderType=cv2.BORDER_REPLICATE)
-    out *= np.float32(1 / 13)
+    out = cv2.filter2D(values, -1, _SMOOTH, borderType=cv2.BORDER_REPLICATE)
     np.rint(out, out=out)
     out -= values
     out *= keep
