@@ -4,9 +4,9 @@ fill colour outside the image, computed as torchvision's tensor path computes th
 Each sample's op is torchvision's inverse affine matrix (``_get_inverse_affine_matrix``, in
 float64, origin at the image centre); the sampling grid is built from it in float32 as
 torchvision's ``_affine_grid`` builds it, and torch's ``grid_sample`` (nearest, zeros outside)
-takes the pixels. The same float32 steps run for one uint8 image on a decode thread (torch on
-the CPU releases the GIL) and for a float batch on any device, so both give torchvision's
-pixels, ties on pixel edges included.
+takes the pixels, ties on pixel edges included, for a float batch on any device. One uint8
+image on a decode thread takes the same picks through index_maps, which computes them here
+once per matrix and size (``warp_np`` is that path written directly, for sizes past its maps).
 """
 from __future__ import annotations
 
