@@ -23,7 +23,7 @@ if __package__ in (None, ""):  # `python bench/resize.py`: the repository root o
 
 import numpy as np  # noqa: E402
 
-from bench.args import output_arguments  # noqa: E402
+from bench.args import check_output_flags, output_arguments  # noqa: E402
 from bench.common import format_table, ratio, say, write_results  # noqa: E402
 
 NAME = "resize"
@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a tiny run that finishes in seconds")
     output_arguments(p, NAME)
     args = p.parse_args(argv)
+    check_output_flags(p, args)
     if args.quick:
         args.n, args.repeats = min(args.n, 4), 1
     import simplejpeg
