@@ -308,3 +308,15 @@ def test_a_rate_faster_than_decoding_allows_is_an_error():
     rows[2]["images_per_s"] = 427316.0   # the FeedLoader after a drain shorter than its buffer
     with pytest.raises(ImpossibleRate, match=r"feedline: 427,316 images/s is 427x the decode floor"):
         check_possible(rows)
+
+
+def test_resize_bench_runs_and_tables_each_crop_kind(tmp_path):
+    out = tmp_path / "resize.json"
+    stdout = run_script("resize", "--quick", "--n", "2", "--size", "32", "--out", str(out))
+    assert "feedline (torchvision's)" in stdout and "OpenCV bilinear (before)" in stdout
+    rows = load(out, "resize")["results"]
+    assert {(r["what"], r["crop"]) for r in rows} == {("decode", "-"), ("feedline (torchvision's)", "eval"),
+                                                       ("OpenCV bilinear (before)", "eval"),
+                                                       ("feedline (torchvision's)", "rrc"),
+                                                       ("OpenCV bilinear (before)", "rrc")}
+    assert all(r["ms_per_image"] > 0 for r in rows)

@@ -11,6 +11,11 @@ from typing import Iterator
 import numpy as np
 import torch
 
+<<<<<<< HEAD
+=======
+from ..config import LoaderConfig
+from ..decoders.base import whole_pixel_boxes
+>>>>>>> meaning
 from ..errors import DecodeError
 from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
@@ -68,7 +73,8 @@ class DaliBatches:
         plan = self._refeed.popleft() if self._refeed else next(self._plans)
         fed, boxes, flips, encoded = self._prepare(plan)
         self._inflight.append(fed)
-        return encoded, boxes[:, :2].astype(np.int32), boxes[:, 2:].astype(np.int32), flips.astype(np.int32)
+        crops = whole_pixel_boxes(boxes)   # evaluation crops are floats
+        return encoded, crops[:, :2].astype(np.int32), crops[:, 2:].astype(np.int32), flips.astype(np.int32)
 
     def _prepare(self, plan: BatchPlan):
         indices, labels = plan.indices.copy(), plan.labels.copy()

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..decoders.base import Box
+from ..decoders.base import Box, whole_pixels
 from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
 from .background import ahead
@@ -66,7 +66,7 @@ class GpuDecodeBatches:
         bytes cannot be read."""
         samples = []
         for k, index in enumerate(plan.indices.tolist()):
-            box, flip = Box(*plan.boxes[k]), bool(plan.flips[k])
+            box, flip = whole_pixels(Box(*plan.boxes[k])), bool(plan.flips[k])   # evaluation crops: floats
             try:
                 samples.append((index, self.store.read_checked(index), box, flip, int(plan.labels[k])))
             except Exception as exc:  # a read or checksum failure: a bad record, as in every engine
@@ -75,7 +75,7 @@ class GpuDecodeBatches:
 
     def _cpu_sample(self, index: int, box, flip: bool):
         """A substitute as a sample, decoded on the CPU (which proves it decodes) and cropped."""
-        image = self._cpu_crop(self.store.read_checked(index), Box(*box))
+        image = self._cpu_crop(self.store.read_checked(index), whole_pixels(Box(*box)))
         return index, image, Box(0, 0, *image.shape[:2]), flip, self.store.label(index)
 
     def _cpu_crop(self, data, box: Box) -> np.ndarray:
