@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -232,13 +233,37 @@ def test_unknown_model_name_is_a_train_error():
 
 
 def test_warmup_then_cosine():
-    assert warmup_steps_for(5, 100, 1000) == 200 and warmup_steps_for(5, 10, 1000) == 50
-    assert lr_at(0, 1.0, 4, 20) == pytest.approx(0.25)
-    assert lr_at(3, 1.0, 4, 20) == pytest.approx(1.0)
-    assert lr_at(12, 1.0, 4, 20) == pytest.approx(0.5)
+    """timm's: the warmup is as long as asked (5 epochs of 10 steps: 50, even in a 20-step run),
+    from 0 here (warmup_lr's default in lr_at), then cosine over the whole run."""
+    assert warmup_steps_for(5, 100) == 500 and warmup_steps_for(5, 10) == 50 and warmup_steps_for(0.5, 10) == 5
+    assert lr_at(0, 1.0, 4, 20) == pytest.approx(0.0)
+    assert lr_at(3, 1.0, 4, 20) == pytest.approx(0.75)
+    assert lr_at(10, 1.0, 4, 20) == pytest.approx(0.5)
     assert lr_at(20, 1.0, 4, 20) == pytest.approx(0.0)
     lrs = [lr_at(s, 1.0, 4, 20) for s in range(4, 20)]
     assert lrs == sorted(lrs, reverse=True)
+
+
+def test_the_start_line_says_the_optimizer_the_warmup_and_the_autocast(toy, tmp_path, caplog):
+    """A warmup as long as the run is kept (timm's) and said: the rate never reaches --lr."""
+    with caplog.at_level(logging.INFO, logger="feedline.train"):
+        assert run([toy["train"], *FAST, "--epochs", "1", "--lr", "0.1", "--synthetic-steps", "0",
+                    "--out", tmp_path]) == 0
+    start = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("training tiny"))
+    assert ("sgd (Nesterov momentum 0.9, weight decay 2e-05); lr 0.1 after 5 warmup epoch(s) (30 steps) from "
+            "1e-05, cosine to 0; autocast off (float32)") in start
+    assert "--warmup-epochs 5 is as long as the run's 1 epoch(s): the learning rate never reaches its peak" in caplog.text
+    assert events(tmp_path, "start")[0]["warmup_steps"] == 30
+    assert events(tmp_path, "epoch")[0]["lr"] == pytest.approx(1e-5 + 5 * (0.1 - 1e-5) / 30)   # the last of 6 steps
+
+
+def test_the_cooldown_trains_more_epochs_at_the_min_lr(toy, tmp_path):
+    """timm's --cooldown-epochs: --epochs of warmup and cosine, then N more at --min-lr."""
+    assert run([toy["train"], *FAST, "--epochs", "1", "--cooldown-epochs", "1", "--min-lr", "0.001",
+                "--warmup-epochs", "0", "--lr", "0.1", "--synthetic-steps", "0", "--out", tmp_path]) == 0
+    epochs = events(tmp_path, "epoch")
+    assert [e["epoch"] for e in epochs] == [1, 2] and epochs[1]["lr"] == pytest.approx(0.001)
+    assert epochs[0]["lr"] == pytest.approx(0.001 + 0.0495 * (1 + math.cos(math.pi * 5 / 6)))
 
 
 # -- bad records ---------------------------------------------------------------------------
