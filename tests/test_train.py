@@ -42,7 +42,7 @@ def _restore_torch_globals():
 @pytest.fixture(scope="module")
 def toy_run(toy, tmp_path_factory):
     out = tmp_path_factory.mktemp("toy_run")
-    rc = run([toy["train"], "--val", toy["val"], *FAST, "--epochs", "4", "--lr", "0.2",
+    rc = run([toy["train"], "--val", toy["val"], *FAST, "--epochs", "4", "--warmup-epochs", "1", "--lr", "0.2",
               "--synthetic-steps", "3", "--out", out])
     assert rc == 0
     return out
@@ -89,7 +89,7 @@ def test_hdf5_training_set(toy, tmp_path):
 
 
 def test_bf16_autocast_runs_on_cpu(toy, tmp_path):
-    rc = run([toy["train"], *FAST, "--epochs", "1", "--amp", "bf16", "--lr", "0.1",
+    rc = run([toy["train"], *FAST, "--epochs", "1", "--autocast", "bf16", "--lr", "0.1",
               "--synthetic-steps", "0", "--out", tmp_path])
     assert rc == 0
     assert events(tmp_path, "start")[0]["amp"] == "bf16"
@@ -102,8 +102,8 @@ def test_out_holding_a_run_is_refused_unless_resume_or_overwrite(tmp_path, capsy
     assert run(argv) == 0
     first = (tmp_path / "metrics.jsonl").read_text()
     line = one_line_error(capsys, argv)
-    assert f"--out {tmp_path} already holds a run (metrics.jsonl)" in line and "--resume" in line
-    assert "--overwrite" in line and (tmp_path / "metrics.jsonl").read_text() == first   # kept whole
+    assert f"--out {tmp_path} holds a run's log but no checkpoint (metrics.jsonl of a --synthetic run" in line
+    assert "nothing to resume; pass --overwrite" in line and (tmp_path / "metrics.jsonl").read_text() == first
     assert run([*argv, "--overwrite"]) == 0
     assert (tmp_path / "metrics.jsonl").read_text() != first
 

@@ -6,6 +6,7 @@ unknown flag's answer: timm's flags that are not here are answered, never guesse
 from __future__ import annotations
 
 import argparse
+import logging
 
 import pytest
 import torch
@@ -200,15 +201,20 @@ def test_the_ema_update_is_written_out():
     assert ema.module.num_batches_tracked == 1 and not ema.module.weight.requires_grad
 
 
-def test_a_run_with_timms_flags_validates_and_resumes_the_ema(tmp_path):
+def test_a_run_with_timms_flags_validates_and_resumes_the_ema(tmp_path, caplog, capsys):
     train = pack(two_class_folder(tmp_path / "src", 48, seed=1), tmp_path / "train.lmdb")
     common = [train, "--val", train, *FAST, "--opt", "lamb", "--sched", "step", "--decay-epochs", "1",
               "--model-ema", "--model-ema-decay", "0.5", "--smoothing", "0.1", "--epochs", "2",
-              "--synthetic-steps", "0", "--deterministic"]
-    assert run([*common, "--out", tmp_path / "whole"]) == 0
+              "--warmup-epochs", "0", "--synthetic-steps", "0", "--deterministic"]
+    with caplog.at_level(logging.INFO, logger="feedline.train"):
+        assert run([*common, "--out", tmp_path / "whole"]) == 0
     epochs = events(tmp_path / "whole", "epoch")
     assert all("ema_top1" in e and "top1" in e for e in epochs)
     assert epochs[1]["lr"] < epochs[0]["lr"]
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch 2/2"))
+    assert (f"top-1 {epochs[1]['top1']:.1%}" in line and f"| EMA val loss {epochs[1]['ema_val_loss']:.4f}, "
+            f"top-1 {epochs[1]['ema_top1']:.1%}, top-5 {epochs[1]['ema_top5']:.1%}" in line)   # beside the model's
+    assert f"EMA val top-1 {epochs[1]['ema_top1']:.1%}" in capsys.readouterr().out   # the run's last words
     assert run([*common, "--out", tmp_path / "parts", "--max-steps", "4"]) == 0
     assert run([*common, "--out", tmp_path / "parts", "--resume"]) == 0
     whole = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=False)
