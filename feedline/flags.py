@@ -93,6 +93,8 @@ def _help(text: str, default, default_text: str | None) -> str:
         shown = "on" if default else "off"
     elif isinstance(default, Enum):
         shown = str(default.value)
+    elif isinstance(default, tuple):
+        shown = " ".join(map(str, default))
     else:
         shown = str(default)
     text = text.replace("%", "%%")

@@ -50,7 +50,8 @@ class TrainConfig(RecipeOptions, OptimOptions):
     accum_steps: int = option(1, "micro-steps per optimizer step (gradient accumulation); DDP all-reduces "
                               "only on the last one (no_sync)", MODEL, metavar="N")
     lr: float | None = option(None, "peak learning rate", MODEL,
-                              default_text="0.1 x global batch / 256, the linear scaling rule")
+                              default_text="0.1 x global batch / 256 (its square root for adam, adamw and lamb), "
+                                           "timm's rule")
     momentum: float = option(0.9, "SGD momentum (timm's and torchvision's)", MODEL)
     weight_decay: float = option(2e-5, "timm's default (torchvision's ResNet-50 recipe: 1e-4); not applied to "
                                  "BatchNorm parameters and biases, as timm", MODEL)
