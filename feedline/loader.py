@@ -66,7 +66,8 @@ class FeedLoader(DataLoaderSurface):
     kept, up to the cores). ``timeout`` (engine="processes" only): seconds the due batch's workers
     may go silent before a WorkerError names each and its record (0: forever). Order, crops and
     flips are pure functions of (seed, epoch, index): the same batches for any thread count or
-    engine; ``state_dict()`` resumes mid-epoch exactly. One iteration runs at a time: a new
+    engine (``seed=None``: drawn from torch's global generator, as DataLoader draws its sampler's;
+    rank 0's under torch.distributed); ``state_dict()`` resumes mid-epoch exactly. One iteration runs at a time: a new
     ``iter(loader)`` ends the previous one, which then raises. README: transforms, size per epoch, targets.
     """
 
