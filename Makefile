@@ -25,7 +25,7 @@ demo: setup
 	$(PY) -m feedline info $(DEMO)/train.lmdb
 	$(PY) -m feedline verify $(DEMO)/train.lmdb
 	$(PY) -m feedline train $(DEMO)/train.lmdb --val $(DEMO)/val.h5 --arch tiny --size 96 \
-		--epochs 2 --batch-size 32 --log-every 5 --synthetic-steps 10 --out $(DEMO)/run
+		--epochs 2 --warmup-epochs 0.4 --batch-size 32 --log-every 5 --synthetic-steps 10 --out $(DEMO)/run
 
 test: setup-test
 	$(PY) -m pytest -q -ra

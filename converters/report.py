@@ -24,6 +24,7 @@ class SkipReason(str, Enum):
     SYMLINK_LOOP = scan.SYMLINK_LOOP        # a folder link to a folder above it: not followed
     SYMLINK_REPEAT = scan.SYMLINK_REPEAT    # a folder link to a folder packed anyway: not followed
     NOT_IN_LABELS = scan.NOT_IN_LABELS      # in the folder, not in the labels CSV
+    NOT_IN_JSONL = scan.NOT_IN_JSONL        # in the folder, not in the JSON Lines labels file
     MISSING = scan.MISSING                  # in the labels CSV, not in the folder
     NO_CLASS = scan.NO_CLASS                # an image beside the class folders
 

@@ -15,7 +15,8 @@ from feedline.keywords import choose_order
 
 
 def loader(path, **kw) -> FeedLoader:
-    return FeedLoader(str(path), **{"batch_size": 8, "device": "cpu", "num_workers": 1, "decoder": "opencv", **kw})
+    return FeedLoader(str(path), **{"batch_size": 8, "device": "cpu", "num_workers": 1, "decoder": "opencv", "seed": 0,
+                                    **kw})
 
 
 # -- spec objects ------------------------------------------------------------------------------

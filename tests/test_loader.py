@@ -158,7 +158,7 @@ def test_ranks_get_disjoint_equal_shares(packed_lmdb, world):
     seen, lengths = [], set()
     for rank in range(world):
         loader = FeedLoader(str(packed_lmdb), batch_size=4, shuffle=True, size=16, num_workers=1,
-                            device="cpu", order=OrderSpec(rank=rank, world_size=world), mean=None)
+                            device="cpu", order=OrderSpec(rank=rank, world_size=world), mean=None, seed=0)
         batches = list(iter(loader))
         lengths.add(len(batches))
         assert len(batches) == len(loader)
@@ -192,7 +192,7 @@ def test_decode_error_reaches_the_consumer_with_index_and_path(folder_with_a_bad
 
 def test_substitution_keeps_the_batch_shape_and_is_in_the_ledger(folder_with_a_bad_jpeg, caplog):
     loader = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_workers=2, device="cpu",
-                        on_error="substitute", decoder="opencv")
+                        on_error="substitute", decoder="opencv", seed=0)
     bad_index = [loader.store.path(i) for i in range(len(loader.store))].index("class_001/img_0000005.jpg")
     with caplog.at_level(logging.WARNING, logger="feedline.loader"):
         batches = collect(loader)
@@ -206,7 +206,7 @@ def test_substitution_keeps_the_batch_shape_and_is_in_the_ledger(folder_with_a_b
     lines = [r for r in caplog.records if "bad record" in r.getMessage()]
     assert len(lines) == 1 and "class_001/img_0000005.jpg" in lines[0].getMessage()  # one line per epoch
     again = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_workers=1, device="cpu",
-                       on_error="substitute", decoder="opencv")
+                       on_error="substitute", decoder="opencv", seed=0)
     for (x, y), (x2, y2) in zip(batches, collect(again)):
         assert torch.equal(x, x2) and torch.equal(y, y2)  # the substitute is deterministic
 

@@ -16,9 +16,11 @@ from feedline.errors import BackendUnavailable
 
 
 def test_defaults_are_the_documented_ones(packed_lmdb):
-    c = FeedLoader(str(packed_lmdb), device="cpu").config
-    assert (c.seed, c.batch_size, c.order, c.on_error, c.drop_last) == (0, 256, Order.SEQUENTIAL, OnError.RAISE,
-                                                                        False)
+    torch.manual_seed(0)
+    c = FeedLoader(str(packed_lmdb), device="cpu").config   # the seed: drawn from torch's generator (test_seeds)
+    assert (c.batch_size, c.order, c.on_error, c.drop_last) == (256, Order.SEQUENTIAL, OnError.RAISE, False)
+    torch.manual_seed(0)
+    assert c.seed == torch.empty((), dtype=torch.int64).random_().item()
     assert (c.prefetch, c.rank, c.world_size, c.even_shards, c.pin_memory) == (2, 0, 1, True, False)
     assert not c.augment.train and c.augment.size == (224, 224) and c.augment.flip  # flip: with train=True
     assert c.output.channels_last is False   # on the CPU; True on CUDA

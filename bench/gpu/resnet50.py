@@ -37,11 +37,11 @@ def train_command(args, images: int, run_dir: Path) -> list[str]:
     cmd = [sys.executable, "-m", "feedline", "train", args.data, "--arch", args.arch, "--batch-size",
            str(args.batch_size), "--epochs", str(args.epochs), "--threads", str(args.threads),
            "--synthetic-steps", str(steps), "--out", str(run_dir), "--log-every", "10", "--no-progress",
-           "--warmup-epochs", "0"]
+           "--warmup-epochs", "0", "--color-jitter", "0"]   # the data path: crop, flip, normalize only
     cmd += ["--decoder", args.decoder]
     if args.cpu_smoke:
-        return cmd + ["--size", "32", "--device", "cpu", "--amp", "off"]
-    return cmd + ["--amp", "bf16", "--channels-last", "--device", "cuda"]
+        return cmd + ["--size", "32", "--device", "cpu", "--autocast", "off"]
+    return cmd + ["--autocast", "bf16", "--channels-last", "--device", "cuda"]
 
 
 def diagnose(share: float | None, epochs: list[dict]) -> str | None:

@@ -11,11 +11,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-<<<<<<< HEAD
-=======
-from ..config import LoaderConfig
 from ..decoders.base import whole_pixel_boxes
->>>>>>> meaning
 from ..errors import DecodeError
 from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
