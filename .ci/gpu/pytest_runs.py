@@ -23,9 +23,18 @@ NODE = re.compile(r"^(?P<test>\S+\.py::\S+)", re.M)
 FIRST = ("test_cuda_finisher.py",)   # the files of most value first
 
 
-def files_marked(tests: Path, marker: str) -> list[Path]:
-    """Test files that mention ``pytest.mark.<marker>`` (a module mark, a test's or a param's)."""
-    files = [f for f in sorted(tests.glob("test_*.py")) if f"mark.{marker}" in f.read_text(errors="replace")]
+def files_marked(tests: Path, marker: str, leave_out_module_mark: str | None = None) -> list[Path]:
+    """Test files that mention ``pytest.mark.<marker>`` (a module mark, a test's or a param's),
+    less those whose module mark is ``leave_out_module_mark`` (every test of such a file
+    is deselected by "cuda and not dali": its process would start for nothing)."""
+    files = []
+    for f in sorted(tests.glob("test_*.py")):
+        text = f.read_text(errors="replace")
+        if f"mark.{marker}" not in text:
+            continue
+        if leave_out_module_mark and re.search(rf"^pytestmark\s*=.*\bmark\.{leave_out_module_mark}\b", text, re.M):
+            continue
+        files.append(f)
     return sorted(files, key=lambda f: (f.name not in FIRST, f.name))
 
 
