@@ -130,7 +130,7 @@ def test_the_dry_run_holds_and_its_rerun_runs_only_what_failed(tmp_path):
     """The whole plan with stand-ins: a segfault and a hang (in a stage and in a test file)
     reported, a stage without CUDA "skipped", every later stage run, no process left,
     summary.json after every stage. Then --only-failed: the stages that ended ok are kept."""
-    problems, final = dryrun.dry_run(tmp_path, scale=0.1)
+    problems, final = dryrun.dry_run(tmp_path, scale=0.25)
     assert problems == []
     stages = final["stages"]
     assert stages["core.prefetch"]["status"] == "crashed" and stages["core.prefetch"]["signal"] == "SIGSEGV"
@@ -141,7 +141,7 @@ def test_the_dry_run_holds_and_its_rerun_runs_only_what_failed(tmp_path):
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["stages"] == stages
     assert json.loads((tmp_path / "work" / "summary.json").read_text())["stages"] == stages
 
-    problems, again = dryrun.rerun_only_failed(tmp_path, scale=0.1)
+    problems, again = dryrun.rerun_only_failed(tmp_path, scale=0.25)
     assert problems == []
     assert again["plans"]["core.plan"]["kept"] == ["smoke", "data", "loader", "grid_splice"]
     for name in ("prefetch", "gpu_whole_decode", "resnet50"):               # rerun, now with stand-ins that work

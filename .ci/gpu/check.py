@@ -59,7 +59,7 @@ BENCH = {  # stage -> (script, JSON name, arguments besides --data/--out, sized 
     "gpu_whole_decode": ("bench/gpu/gpu_decode.py", "gpu_decode.json",
                          ["--batches", "16", "--repeats", "2", "--no-dali"]),
     "resnet50": ("bench/gpu/resnet50.py", "resnet50.json", ["--epochs", "1"]),
-    "grid_splice": ("bench/gpu/grid_splice.py", "grid_splice.json", ["--images", "1024", "--repeats", "2"]),
+    "grid_splice": ("bench/gpu/grid_splice.py", "grid_splice.json", ["--images", "512", "--repeats", "2"]),
     "dali_decode": ("bench/gpu/gpu_decode.py", "gpu_decode_dali.json", ["--batches", "15", "--repeats", "2"]),
 }
 OWN_TIMEOUT = {"resnet50": 0.85, "loader": 0.9}   # share of the cap given as --timeout: they end in time, written
@@ -198,24 +198,6 @@ class Check:
         return self.bench(name, cap_s)
 
     # -- the plan ------------------------------------------------------------------------
-    def kept_from(self, previous: Path | None) -> dict[str, dict]:
-        """--only-failed: stage -> its result, for the stages that ended ok in ``previous``
-        and whose stage file is still here (setup is never kept)."""
-        if previous is None:
-            return {}
-        try:
-            stages = json.loads(previous.read_text()).get("stages", {})
-        except (OSError, ValueError) as exc:
-            print(f"check: --only-failed: cannot read {previous} ({exc}); running every stage", flush=True)
-            return {}
-        kept = {}
-        for name in self.caps:
-            path = self.stages / f"{self.call}.{name}.json"
-            if name != "setup" and stages.get(f"{self.call}.{name}", {}).get("status") == "ok" and path.is_file():
-                result = json.loads(path.read_text())
-                kept[name] = result if result.get("status") == "ok" else None
-        return {k: v for k, v in kept.items() if v is not None}
-
     def run_plan(self, only_failed: Path | None = None) -> int:
         t0 = time.monotonic()
         deadline = t0 + self.budget_s
@@ -223,7 +205,7 @@ class Check:
         left_over = procs.sweep(self.marker, prefix=True)
         if left_over:
             print(f"check: killed {len(left_over)} processes an earlier check left running: {left_over}", flush=True)
-        kept = self.kept_from(only_failed)
+        kept = summary.kept_stages(only_failed, self.stages, self.call, names) if only_failed else {}
         for old in self.stages.glob(f"{self.call}.*.json"):   # a rerun of this call replaces its results
             if old.stem.split(".", 1)[1] not in kept:
                 old.unlink()

@@ -16,7 +16,7 @@ the pytest stage, on generated test files that pass, segfault and hang (and one 
 module mark is dali, which the core call must not start). `make gpu-rehearsal` is the
 real thing: the same call with the GPU machine's software, CUDA hidden.
 
-    python .ci/gpu/dryrun.py run [--scale 0.1] [--keep DIR]
+    python .ci/gpu/dryrun.py run [--scale 0.25] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -224,7 +224,8 @@ def rerun_only_failed(root: Path, scale: float) -> tuple[list[str], dict]:
                PYTHONUNBUFFERED="1", **{DRY_MARKER: token})
     budget = plan.full_budget(plan.CORE, scale)
     proc = subprocess.run([sys.executable, str(HERE / "check.py"), "--budget-s", str(budget), "--scale", str(scale),
-                           "--dry-run", str(standins), "--tests", str(tests), "--only-failed", str(work / "summary.json")],
+                           "--dry-run", str(standins), "--tests", str(tests),
+                           "--only-failed", str(work / "summary.json")],
                           env=env, capture_output=True, text=True, timeout=budget * 2 + 60)
     print(proc.stdout, end="")
     problems = [] if proc.returncode == 0 else [f"the rerun exited {proc.returncode}: {proc.stderr[-2000:]}"]
@@ -252,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="the dry run")
-    r.add_argument("--scale", type=float, default=0.1,
-                   help="the GPU stages' caps and the budget times this (default 0.1); setup runs for real")
+    r.add_argument("--scale", type=float, default=0.25,
+                   help="the stages' caps and the budget times this (default 0.25: the pytest stage still fits its "
+                        "files' starts); setup runs for real")
     r.add_argument("--keep", type=Path, help="run in this folder and keep it (default: a temporary one)")
     r.add_argument("--bundles", type=Path, help="carry these bundles (e.g. .whl/gpu) instead of a tiny wheel")
     s = sub.add_parser("standin", help=argparse.SUPPRESS)

@@ -48,8 +48,8 @@ CORE = (
     Stage("smoke", 20, "(a) device, imports, one GPU whole decode vs the CPU's; nvImageCodec#55's region "
           "decode in a child"),
     Stage("cuda_tests", 65, "(b) pytest -m 'cuda and not dali', one process per test file, per-test timeouts"),
-    Stage("data", 25, "4,096 photo-like JPEGs on all cores, packed 4 times over (16,384 records): the "
-          "benchmarks' data", cuda=False),
+    Stage("data", 25, "128 photo-like JPEGs per core (2,048 on 16), each packed 8 times: 16,384 records, "
+          "the benchmarks' data", cuda=False),
     Stage("loader", 45, "(c) loader_img_s: the default engine (16 worker processes), RRC 224 bf16 "
           "channels_last on CUDA, beside DataLoader + torchvision; its consumer's GIL per image (py-spy)"),
     Stage("prefetch", 15, "(c) prefetch_overlap: the CUDA Finisher's copy hidden behind a step"),

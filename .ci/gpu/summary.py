@@ -120,7 +120,7 @@ def compose(stages: Path, results: Path) -> tuple[dict, Path]:
                 dali_rows.get("dali", {}).get("reason") or dali.get("error") or _stage_reason(ran, "dali.dali_decode")),
         _target("prefetch_overlap: share of the copy hidden behind the step", figures["prefetch_overlap"], 0.9,
                 _stage_reason(ran, "core.prefetch"), ""),
-        _target(f"resnet50_real_over_synthetic over >= {RESNET_STEPS} timed steps each (measured: {steps})",
+        _target(f"resnet50_real_over_synthetic: ResNet-50 bf16, >= {RESNET_STEPS} timed steps each (here {steps})",
                 figures["resnet50_real_over_synthetic"] if (steps or 0) >= RESNET_STEPS else None, 0.95,
                 resnet.get("diagnosis") or resnet.get("error") or _stage_reason(ran, "core.resnet50")
                 or (f"only {steps} timed steps" if steps is not None else None), ""),
@@ -235,6 +235,25 @@ def write(stages: Path, logs: Path, results: Path, copy_to: Path | None = None) 
             tar.add(out_dir, arcname=f"bench/results/gpu/{summary['kind']}")
         tmp.replace(copy_to / "gpu-results.tar.gz")
     return path
+
+
+def kept_stages(previous: Path, stages: Path, call: str, names: list[str]) -> dict[str, dict]:
+    """--only-failed: stage -> its result, for the stages of ``names`` that ended ok in the
+    summary ``previous`` and whose stage file in ``stages`` still says so (setup is never
+    kept: it is quick once installed, and it checks what this call carried)."""
+    try:
+        ended = json.loads(previous.read_text()).get("stages", {})
+    except (OSError, ValueError) as exc:
+        print(f"check: --only-failed: cannot read {previous} ({exc}); running every stage", flush=True)
+        return {}
+    kept = {}
+    for name in names:
+        path = stages / f"{call}.{name}.json"
+        if name != "setup" and ended.get(f"{call}.{name}", {}).get("status") == "ok" and path.is_file():
+            result = _load(path)
+            if result.get("status") == "ok":
+                kept[name] = result
+    return kept
 
 
 def markdown(summary: dict) -> str:

@@ -130,7 +130,8 @@ def run(args) -> dict:
                             args.out, **figures(times, args))
     times, repeats = measure(args.batch, args.size, args.steps, args.compute_ms, on_row=write)
     found = figures(times, args)
-    say(format_table([{"name": k, "ms_per_step": v} for k, v in times.items()], [("", "name"), ("ms/step", "ms_per_step")]))
+    say(format_table([{"name": k, "ms_per_step": v} for k, v in times.items()],
+                     [("", "name"), ("ms/step", "ms_per_step")]))
     say(f"copy hidden behind compute: {found['hidden_fraction']:.0%} (copy+normalize {found['copy_ms']:.2f} ms, "
         f"compute {found['compute_ms']:.2f} ms, batch {args.batch} x {args.size}x{args.size}, bf16, channels_last)")
     path = write(times, repeats)
