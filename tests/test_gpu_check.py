@@ -117,6 +117,25 @@ def test_pytest_output_read_back_after_a_crash():
     assert counts["failed_tests"] == ["tests/test_a.py::test_two"]
 
 
+def test_without_cuda_the_test_files_run_together_and_a_collection_error_fails(tmp_path):
+    """Where every CUDA test skips, one process for all files: each must still collect."""
+    (tmp_path / "conftest.py").write_text(dryrun.TESTS["conftest.py"])
+    cuda = "@pytest.mark." + "cuda"   # in two: files_marked must not take this file for a CUDA test file
+    (tmp_path / "test_a.py").write_text(f"import pytest\n\n{cuda}\n@pytest.mark.skip('no CUDA')\n"
+                                        "def test_a():\n    pass\n")
+    (tmp_path / "test_b.py").write_text(f"import pytest\n\n{cuda}\ndef test_b():\n    pytest.skip('no CUDA')\n")
+
+    def run(cmd, cap, log):
+        return procs.run_capped(cmd, cap, cwd=tmp_path, env=dict(os.environ), log=log, token=f"t-{time.time_ns()}")
+    files = [tmp_path / "test_a.py", tmp_path / "test_b.py"]
+    ok = pytest_runs.run_together(run, sys.executable, files, "cuda and not dali", 60, 10, tmp_path / "logs")
+    assert (ok["status"], ok["passed"], ok["skipped"], ok["failed"]) == ("ok", 0, 2, 0)
+    assert [f["status"] for f in ok["files"]] == ["collected", "collected"]
+    (tmp_path / "test_b.py").write_text("import a_module_this_machine_lacks\n")
+    bad = pytest_runs.run_together(run, sys.executable, files, "cuda and not dali", 60, 10, tmp_path / "logs")
+    assert bad["status"] == "problems" and "a_module_this_machine_lacks" in bad["tail"]
+
+
 def test_cuda_test_files_found_by_their_mark():
     """The core call runs "cuda and not dali": a file whose every test is DALI's (its module
     mark) is not started at all; one with a DALI param beside CUDA tests is."""

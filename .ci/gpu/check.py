@@ -151,15 +151,21 @@ class Check:
         return {**result, **self.data}
 
     def tests_stage(self, cap_s: float, marker: str) -> dict:
+        """One process per test file (a crash loses its file alone); without CUDA, where every
+        test skips, all in one process: each file collects, or the stage fails."""
         files = pytest_runs.files_marked(self.tests, marker.split()[0], leave_out_module_mark="dali"
                                          if "not dali" in marker else None)
-        result = {"marker": marker, **pytest_runs.run_files(
-            lambda cmd, cap, log: self.run(self.command(self.stage_now, cmd, cap), cap, log), self.python, files,
-            marker, cap_s, time.monotonic, self.logs, per_test_s=max(5.0, 30 * self.scale))}
+        run = lambda cmd, cap, log: self.run(self.command(self.stage_now, cmd, cap), cap, log)  # noqa: E731
+        per_test_s = max(5.0, 30 * self.scale)
+        if self.no_cuda():
+            result = pytest_runs.run_together(run, self.python, files, marker, cap_s, per_test_s, self.logs)
+        else:
+            result = pytest_runs.run_files(run, self.python, files, marker, cap_s, time.monotonic, self.logs,
+                                           per_test_s=per_test_s)
         if result["status"] == "ok" and self.no_cuda() and not result["passed"] and not result["failed"]:
-            result.update(status="skipped", reason=f"{NO_CUDA_REASON}: {result['skipped']} tests collected, "
-                                                   "all skipped")
-        return result
+            result.update(status="skipped", reason=f"{NO_CUDA_REASON}: {result['skipped']} tests in {len(files)} "
+                                                   "files collected, all skipped")
+        return {"marker": marker, **result}
 
     def bench(self, stage: str, cap_s: float) -> dict:
         script, name, extra = BENCH[stage]

@@ -79,7 +79,7 @@ def compose(stages: Path, results: Path) -> tuple[dict, Path]:
     setup = ran.get("core.setup", {})
     dali_setup = ran.get("dali.setup", {})
     dali = dali_setup.get("imports", {}).get("dali", {})
-    runs = {k.split(".", 1)[1]: {f: v.get(f) for f in ("status", "passed", "failed", "skipped", "crashed",
+    runs = {k.split(".", 1)[1]: {f: v.get(f) for f in ("status", "reason", "passed", "failed", "skipped", "crashed",
                                                          "timed_out", "running_when_stopped", "files")}
             for k, v in ran.items() if k in ("core.cuda_tests", "dali.dali_tests")}
     figures = {
@@ -157,6 +157,8 @@ def compose(stages: Path, results: Path) -> tuple[dict, Path]:
 def _tests_why(run: dict) -> str:
     if not run:
         return "not run"
+    if run.get("reason"):   # skipped (no CUDA device), out of time
+        return f"{run.get('status')}: {run['reason']}"
     bad = [f"{r['file']}: {r['status']}" + (f" ({r['signal']})" if r.get("signal") else "")
            + (f" in {r['running_when_stopped']}" if r.get("running_when_stopped") else "")
            for r in run.get("files", []) if r.get("status") not in ("ok", "no tests")]
