@@ -79,8 +79,9 @@ def measure_row(name: str, args, device: str, report) -> tuple[list[float], str 
             loader.close()
 
 
-def backend_rates(args, device: str) -> list[dict]:
-    """Whole-image decode of one batch of records, nvImageCodec limited to one backend."""
+def backend_rates(args, device: str, rows: list[dict], report) -> None:
+    """Whole-image decode of one batch of records, nvImageCodec limited to one backend at a
+    time; each appended to ``rows``, then ``report()``."""
     import torch
     from feedline.decoders.nvimgcodec_library import load_nvimgcodec
     from feedline.stores import open_dataset
@@ -89,7 +90,6 @@ def backend_rates(args, device: str) -> list[dict]:
         count = min(args.batch_size, len(store))
         encoded = [bytes(memoryview(store.read(i))) for i in range(count)]
     streams = [nv.CodeStream(data) for data in encoded]
-    rows = []
     for kind in BACKENDS:
         if device == "cpu" and kind != "CPU_ONLY":
             rows.append({"backend": kind, "reason": "needs CUDA"})
@@ -115,7 +115,7 @@ def backend_rates(args, device: str) -> list[dict]:
                          "reason": f"{failed} of {count} images not decoded by this backend" if failed else None})
         except Exception as exc:
             rows.append({"backend": kind, "reason": f"{type(exc).__name__}: {exc}"})
-    return rows
+        report()
 
 
 def run(args) -> dict:
@@ -148,7 +148,7 @@ def run(args) -> dict:
         samples, reason, source = measure_row(name, args, device, report)
         rows[name].update(reason=reason, source=source)
         report(samples)
-    backends[:] = backend_rates(args, device)
+    backend_rates(args, device, backends, write)
     path = write()
     say(format_table(list(rows.values()), [("loader", "name"), ("img/s", "images_per_s"),
                                            ("x default", "x_default"), ("note", "reason")]))
