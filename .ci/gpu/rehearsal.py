@@ -148,8 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return rehearse(repo, root, not a.no_rerun)
     finally:
-        if a.keep is None:
+        if a.keep is None:   # the clone, and the work folder's data (a few hundred MB)
             shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(WORK, ignore_errors=True)
 
 
 def rehearse(repo: Path, root: Path, rerun: bool) -> int:
