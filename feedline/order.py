@@ -51,9 +51,8 @@ def shard(order: np.ndarray, rank: int, world_size: int, pad: bool = True) -> np
     if not pad:
         return order[rank::world_size]
     per_rank = math.ceil(len(order) / world_size)
-    total = per_rank * world_size
-    padded = np.resize(order, total)  # np.resize repeats the array: wrap-around padding
-    return padded[rank:total:world_size]
+    # Every world_size-th place of the order wrapped around to per_rank * world_size places.
+    return order[np.arange(rank, per_rank * world_size, world_size) % max(len(order), 1)]
 
 
 def batch_count(samples: int, batch_size: int, drop_last: bool) -> int:
@@ -100,15 +99,13 @@ def deal_shard_run(run: np.ndarray, owner: np.ndarray, stream: tuple[int, ...], 
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
     n = len(run)
-    if pad:
+    if pad:   # the run wrapped around to per * world_size places
         per = -(-n // world_size)
-        run, owner = np.resize(run, per * world_size), np.resize(owner, per * world_size)
-        lo, hi = rank * per, (rank + 1) * per
+        places = np.arange(rank * per, (rank + 1) * per) % max(n, 1)
     else:
         sizes = [len(range(r, n, world_size)) for r in range(world_size)]
-        lo = sum(sizes[:rank])
-        hi = lo + sizes[rank]
-    part, part_owner = run[lo:hi], owner[lo:hi]
+        places = np.arange(sum(sizes[:rank]), sum(sizes[:rank + 1]))
+    part, part_owner = run[places], owner[places]
     # The window of each record: its shard's place among this part's shards, by window.
     _, place = np.unique(part_owner, return_inverse=True)
     order_of_first = np.argsort(np.unique(part_owner, return_index=True)[1])
