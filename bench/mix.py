@@ -8,7 +8,9 @@ devices run) against the CPU's pass a pair of rows at a time (``mix_rows``), on 
 Each row: the batch's images only (the targets are the same small sum either way), float32
 N x 3 x S x S, torch on one thread (``--threads``), in interleaved rounds over batches that do not fit in
 the cache together; the min and the median of the rounds. ``python ms``: the same calls on a
-batch of 8 x 8 samples, where the arithmetic is nothing: the time the call holds the GIL.
+batch of 8 x 8 samples, where the arithmetic is nothing: the time the call holds the GIL. A
+last row per batch size: one in-place multiply over the batch, the floor of any mixing that
+reads and writes each pixel once.
 Indicative only on a shared machine. Writes bench/results/local/mix.json (or ``--out``).
 """
 from __future__ import annotations
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             fns, lam = ways(mixer, n, args.size)
             for way, fn in fns.items():
                 rows[(name, way)] = (fn, lam, [])
+        rows[("-", "one pass (x.mul_): the floor")] = (lambda x: x.mul_(1.0), float("nan"), [])
         for fn, _, _ in rows.values():   # warm: the scratch allocated once, as in a run
             fn(inputs[0])
         calls = 0
@@ -104,12 +107,13 @@ def main(argv: list[str] | None = None) -> int:
                 fn(x)
                 times.append((time.perf_counter() - started) * 1e3)
         for (name, way), (fn, lam, times) in rows.items():
-            fns, _ = ways(mixers()[name], n, 8)
-            results.append({"mixer": name, "way": way, "batch": n, "lambda": lam, "ms_min": min(times),
-                            "ms_median": float(np.median(times)), "python_ms": python_ms(fns[way], n)})
+            tiny = ways(mixers()[name], n, 8)[0][way] if name in mixers() else fn
+            results.append({"mixer": name, "way": way, "batch": n, "lambda": None if name == "-" else lam,
+                            "ms_min": min(times), "ms_median": float(np.median(times)),
+                            "python_ms": python_ms(tiny, n)})
         before = {r["mixer"]: r["ms_min"] for r in results if r["batch"] == n and r["way"].endswith("(before)")}
         for r in results:
-            if r["batch"] == n:
+            if r["batch"] == n and r["mixer"] in before:
                 r["x_before"] = ratio(r["ms_min"], before[r["mixer"]])
         del inputs
     say(format_table(results, [("mixer", "mixer"), ("way", "way"), ("batch", "batch"), ("lambda", "lambda"),
