@@ -30,8 +30,9 @@ def evaluated(outputs: list[list[float]], targets, criterion: FieldLoss, sizes: 
     out = torch.tensor(outputs, dtype=torch.float32)
     loader, start = [], 0
     for n in sizes:
-        y = {k: v[start:start + n] for k, v in targets.items()} if isinstance(targets, dict) else targets[start:start + n]
-        loader.append((out[start:start + n].reshape(n, -1, 1, 1), y))
+        part = slice(start, start + n)
+        y = {k: v[part] for k, v in targets.items()} if isinstance(targets, dict) else targets[part]
+        loader.append((out[part].reshape(n, -1, 1, 1), y))
         start += n
     return evaluate_targets(torch.nn.Flatten(), loader, Amp("cpu", None), torch.device("cpu"), DistInfo(),
                             criterion, out.shape[1])

@@ -68,3 +68,61 @@ def test_a_bucket_needs_shards_and_other_schemes_are_refused(photo_folder, tmp_p
             pack(str(photo_folder), out, num_shards=2, progress=False)
     with pytest.raises(FeedlineError, match="local image folder"):
         pack("s3://b/images", str(tmp_path / "x.lmdb"))
+
+
+def killed_after_two_shards(monkeypatch, src, url: str, **kw) -> None:
+    real, calls = upload.pack_scan, []
+
+    def killed_at_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+    with monkeypatch.context() as m:
+        m.setattr(upload, "pack_scan", killed_at_third)
+        with pytest.raises(KeyboardInterrupt):
+            pack(src, url, num_shards=4, progress=False, **kw)
+
+
+def contents(server, bucket: str) -> dict[str, bytes]:
+    env = server.env()
+    s3 = boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                      aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    return {k: s3.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
+
+
+def test_a_killed_upload_resumed_with_other_options_is_refused_naming_them(photo_folder, s3_env, monkeypatch):
+    """The shards already uploaded are of the first run's options: a resume with others would
+    have packed and uploaded every shard again over them."""
+    prefix = make_bucket(s3_env, "options")
+    killed_after_two_shards(monkeypatch, str(photo_folder), f"{prefix}/t.lmdb")
+    before = objects(s3_env, "options")
+    with pytest.raises(PackError) as err:
+        pack(str(photo_folder), f"{prefix}/t.lmdb", num_shards=4, quality=80, max_side=64, progress=False,
+             resume=True)
+    assert str(err.value) == (f"{prefix}/t-00000-of-00004.lmdb: the interrupted pack used other options "
+                              "(max_side: None then, 64 now, quality: 95 then, 80 now); rerun with the same options, "
+                              "or start over with --overwrite and no --resume")
+    assert objects(s3_env, "options") == before
+    report = pack(str(photo_folder), f"{prefix}/t.lmdb", num_shards=4, progress=False, resume=True, jobs=1,
+                  commit_every=5)   # neither shapes the output: the same pack goes on
+    assert report.resumed_from == 24 and report.packed == 48
+
+
+def test_a_complete_data_set_is_kept_by_a_resume_and_replaced_only_with_overwrite(photo_folder, s3_env):
+    prefix = make_bucket(s3_env, "complete")
+    src, url = str(photo_folder), f"{prefix}/t.lmdb"
+    pack(src, url, num_shards=2, progress=False)
+    before = contents(s3_env, "complete")
+    for change, why in [(dict(num_shards=2, quality=80), "used other options (quality: 95 then, 80 now)"),
+                        (dict(num_shards=3), "cut the files into 2 shards, this run into 3")]:
+        with pytest.raises(PackError) as err:
+            pack(src, url, progress=False, resume=True, **change)
+        assert str(err.value) == (f"{prefix}/t.shards.json: a complete data set whose pack {why}; pass --overwrite "
+                                  "to replace it")
+    again = pack(src, url, num_shards=2, progress=False, resume=True)
+    assert again.resumed_from == again.packed == 48 and contents(s3_env, "complete") == before
+    pack(src, url, num_shards=2, quality=80, progress=False, overwrite=True)
+    with open_dataset(f"{prefix}/t.shards.json") as store:
+        assert store.meta["pack_options"]["quality"] == 80 and len(store) == 48

@@ -143,8 +143,8 @@ def test_a_bad_label_names_the_tar_and_the_sample_not_the_staging_file(photo_fol
                                         ("b.jpg", b), ("b.json", b'{"label": 2, "target": 0.5}')])
     with pytest.raises(FeedlineError) as err:
         pack(mixed, str(tmp_path / "m.lmdb"), progress=False)
-    assert str(err.value) == (f"{mixed}: sample b has label, target, but sample a (m.tar) has label: every sample needs "
-                              "the same fields (KEY.cls gives a label; KEY.json the fields it names)")
+    assert str(err.value) == (f"{mixed}: sample b has label, target, but sample a (m.tar) has label: every sample "
+                              "needs the same fields (KEY.cls gives a label; KEY.json the fields it names)")
     assert not os.path.exists(tmp_path / "o.lmdb") and not os.path.exists(tmp_path / "m.lmdb")
 
 
