@@ -26,6 +26,7 @@ VALS = {   # name -> labels-file row of each class
     "labels": multi_hot,
     "other_labels": other_hot,
     "fewer_labels": fewer_hot,
+    "labels_two_each": lambda c: {"labels": {"grass": ["green", "grass"], "rocket": ["outdoor", "rocket"]}[c]},
     "label_and_other_labels": lambda c: {"label": c, **other_hot(c)},
     "target": number,
     "target_list": lambda c: {"target": [number(c)["target"]]},
@@ -66,6 +67,7 @@ CLASSES, LABELS, TARGET = Task(CLASSIFY, "label", 2), Task(MULTI_LABEL, "labels"
     ("train_several", "label", CLASSES), ("train_several", "several", CLASSES),
     ("train_several", "labels", LABELS),                 # no label field: the run does not learn it
     ("train_labels", "labels", LABELS), ("train_several", "several", LABELS),
+    ("train_labels", "labels_two_each", LABELS),         # the same class list, at most 2 per image, not 3
     ("train_several", "target", TARGET), ("train_target", "target", TARGET),   # no classes at all
     ("train_target", "target_list", TARGET),             # [x] and x: one number per image either way
 ])
