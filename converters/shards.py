@@ -77,6 +77,21 @@ def other_pack(then_options: dict, then_count: int, wanted: dict, count: int, ro
     return f"was made from other files or labels than {root} holds now, or cut elsewhere (--shard-size)"
 
 
+def refuse_other_index(raw: bytes, where: str, pack_id: str, wanted: dict, count: int, root: str) -> None:
+    """PackError unless ``raw`` is the index of this pack: a complete data set of another one is
+    replaced only with --overwrite."""
+    try:
+        had = json.loads(raw)
+    except ValueError:
+        had = None
+    if not isinstance(had, dict) or not isinstance(had.get("pack_options"), dict):
+        raise PackError(f"{where} already exists and is not a shard index feedline wrote; pass --overwrite to "
+                        "replace it")
+    if had.get("pack_id") != pack_id:
+        why = other_pack(had["pack_options"], len(had.get("shards") or []), wanted, count, root)
+        raise PackError(f"{where}: a complete data set whose pack {why}; pass --overwrite to replace it")
+
+
 def scan_part(scan: ScanResult, start: int, stop: int) -> ScanResult:
     return replace(scan.part(range(start, stop)), problems=[])
 
@@ -131,11 +146,8 @@ def _refuse_another_pack(out: str, count: int, pack_id: str, options: PackOption
         return
     index = shard_index(out)
     if os.path.exists(index):
-        with open(index, encoding="utf-8") as fh:
-            had = json.load(fh)
-        if had.get("pack_id") != pack_id:
-            why = other_pack(had.get("pack_options") or {}, len(had.get("shards") or []), wanted, count, root)
-            raise PackError(f"{index}: a complete data set whose pack {why}; pass --overwrite to replace it")
+        with open(index, "rb") as fh:
+            refuse_other_index(fh.read(), index, pack_id, wanted, count, root)
     if not options.resume:
         return
     redo = "or start over with --overwrite and no --resume"

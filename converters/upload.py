@@ -28,7 +28,8 @@ from feedline.stores.shard_head import HEAD_SUFFIX, head_bytes, parse_head
 from .options import PackOptions, format_for
 from .packer import pack_scan
 from .report import PackReport, Skip
-from .shards import combined_report, common_pack_options, other_pack, pack_id_of, scan_part, plan_shards
+from .shards import (combined_report, common_pack_options, other_pack, pack_id_of, plan_shards,
+                     refuse_other_index, scan_part)
 
 log = logging.getLogger(__name__)
 
@@ -104,15 +105,10 @@ def replace_out(options: PackOptions) -> PackOptions:
 def _refuse_another_pack(bucket: Bucket, index_key: str, pack_id: str, wanted: dict, count: int, root: str) -> None:
     """A complete data set at the index of another pack is replaced only with --overwrite."""
     try:
-        had = json.loads(bucket.read(index_key))
+        raw = bucket.read(index_key)
     except MissingObjectError:
         return
-    except ValueError:
-        had = {}   # not JSON: not this pack's index either
-    if had.get("pack_id") != pack_id:
-        why = other_pack(had.get("pack_options") or {}, len(had.get("shards") or []), wanted, count, root)
-        raise PackError(f"{bucket.url(index_key)}: a complete data set whose pack {why}; pass --overwrite to "
-                        "replace it")
+    refuse_other_index(raw, bucket.url(index_key), pack_id, wanted, count, root)
 
 
 def _uploaded(bucket: Bucket, shard_key: str, pack_id: str, wanted: dict, count: int,

@@ -101,3 +101,16 @@ def test_the_command_line_says_it_in_one_line(src, tmp_path, monkeypatch, capsys
     err = capsys.readouterr().err
     assert err == (f"feedline pack: error: {shard_name(out, 0, 3)}: the interrupted pack used other options "
                    f"(quality: 95 then, 80 now); {REDO}\n")
+
+
+def test_an_index_that_is_not_one_is_replaced_only_with_overwrite(src, tmp_path):
+    out = str(tmp_path / "d.lmdb")
+    with open(shard_index(out), "w") as fh:
+        fh.write("[1, 2")
+    with pytest.raises(PackError) as err:
+        pack(src, out, num_shards=2, progress=False, resume=True)
+    assert str(err.value) == (f"{shard_index(out)} already exists and is not a shard index feedline wrote; pass "
+                              "--overwrite to replace it")
+    assert os.listdir(tmp_path) == ["d.shards.json"]
+    pack(src, out, num_shards=2, progress=False, overwrite=True)
+    assert len(records(shard_index(out))) == N
