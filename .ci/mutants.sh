@@ -54,7 +54,7 @@ declare -A AREAS=(
              tests/test_shards.py tests/test_ordered.py tests/test_hdf5_writer.py tests/test_hdf5_resume.py
              tests/test_lmdb_writer.py tests/test_lmdb_resume.py tests/test_packer.py tests/test_journal_resume.py"
   [verify]="feedline/verify.py | tests/test_info_verify.py tests/test_checksums.py tests/test_verify.py"
-  [webdataset]="converters/webdataset.py | tests/test_webdataset.py"
+  [webdataset]="converters/webdataset.py | tests/test_webdataset.py tests/test_webdataset_members.py"
   [resume]="converters/shards.py converters/upload.py converters/complete.py |
             tests/test_shards.py tests/test_shards_resume.py tests/test_upload.py tests/test_pack_resume.py
             tests/test_journal_resume.py"

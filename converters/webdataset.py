@@ -49,13 +49,8 @@ class Staged:
         text = str(exc)
         if self.labels not in text:
             return exc
-        text = text.replace(f"{self.labels}: ", "")
-        text = re.sub(r"\bline (\d+)", lambda m: self.where(int(m[1])) if 0 < int(m[1]) <= len(self.origins)
-                      else m[0], text)
-        try:
-            return type(exc)(text)
-        except TypeError:   # an error class built from more than its message
-            return FeedlineError(text)
+        text = re.sub(r"\bline (\d+)", lambda m: self.where(int(m[1])), text.replace(f"{self.labels}: ", ""))
+        return type(exc)(text)   # FeedlineError, PackError, TargetRefused: built from the message alone
 
 
 def tar_inputs(src) -> list[str] | None:
@@ -102,7 +97,7 @@ def unpack_tars(paths: list[str], staging: str) -> Staged:
                 continue
             written, data = files[image]
             rel = posixpath.join(folder, key + written)   # the suffix as written: ImageNet's .JPEG stays
-            target = os.path.join(images, *rel.split("/"))
+            target = os.path.join(images, rel)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with open(target, "wb") as fh:
                 fh.write(data)
@@ -162,9 +157,11 @@ def _targets(files: dict[str, tuple[str, bytes]], path: str, key: str) -> dict |
                 row["label"] = meta["cls"]
         elif isinstance(meta, (int, str)) and not isinstance(meta, bool):
             row = {"label": meta}
-    if ".cls" in files:
-        text = files[".cls"][1].decode("utf-8", "replace").strip()
-        row["label"] = int(text) if re.fullmatch(r"[+-]?\d+", text) else text
+    if ".cls" in files:   # text, as a labels CSV's cell: "7" is class 7, "tench" a name
+        try:
+            row["label"] = files[".cls"][1].decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise FeedlineError(f"{path}: {key}.cls is not UTF-8 text ({exc})") from None
     return row or None
 
 
