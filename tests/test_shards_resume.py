@@ -10,21 +10,29 @@ import os
 
 import pytest
 from pack_helpers import interrupt_at
-from test_shards import N, records, src, single  # noqa: F401  (module fixtures)
+from test_shards import N, records
 
 from converters import pack
 from feedline.errors import PackError
 from feedline.format import shard_index, shard_name
+from feedline.sample import make_photo_folder
 
 FIRST = dict(num_shards=3, commit_every=2, jobs=1)   # shard 0: files 0-6, shard 1: 7-14, shard 2: 15-22
 REDO = "rerun with the same options, or start over with --overwrite and no --resume"
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("resume") / "src"
+    make_photo_folder(str(root), n=N, classes=3, seed=6, sizes=[(96, 64), (64, 96), (80, 60)])
+    return str(root)
 
 
 def listing(folder) -> dict[str, int]:
     return {name: os.stat(os.path.join(folder, name)).st_mtime_ns for name in sorted(os.listdir(folder))}
 
 
-def interrupted(src, out, monkeypatch, k: int = 13) -> None:   # noqa: F811
+def interrupted(src, out, monkeypatch, k: int = 13) -> None:
     """Ctrl-C at file k of the sorted list: with k = 13, shard 0 complete, shard 1 has 4 files committed."""
     with monkeypatch.context() as m:
         interrupt_at(m, src, k)
@@ -63,12 +71,13 @@ def test_a_resume_with_another_split_names_both(src, tmp_path, monkeypatch, k, f
     assert listing(tmp_path) == before
 
 
-def test_threads_and_commit_size_may_change_on_resume(src, single, tmp_path, monkeypatch):  # noqa: F811
+def test_threads_and_commit_size_may_change_on_resume(src, tmp_path, monkeypatch):
+    whole = records(str(tmp_path / "whole.lmdb"), pack_first=src)
     out = str(tmp_path / "r.lmdb")
     interrupted(src, out, monkeypatch)
     report = pack(src, out, progress=False, resume=True, num_shards=3, commit_every=3, jobs=2)
     assert [r.resumed_from for r in report.shards] == [7, 4, 0]
-    assert records(shard_index(out)) == single["lmdb"]
+    assert records(shard_index(out)) == whole
 
 
 def test_a_complete_set_is_replaced_only_with_overwrite(src, tmp_path):
