@@ -60,23 +60,26 @@ def test_two_steps_of_each_group_with_its_bias_correction():
     assert opt.state[w]["step"] == opt.state[b]["step"] == 2
 
 
-@pytest.mark.parametrize("norm, divided_by", [(0.6, 1.0), (1.0, 1.0), (2.5, 2.5)])
-def test_the_gradient_clip_at_its_bound(norm, divided_by):
-    """A global norm at or under 1.0 is not clipped; above, every gradient is divided by it."""
+def test_timms_defaults():
+    opt = Lamb([torch.ones(1, requires_grad=True)])
+    assert opt.defaults == dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, max_grad_norm=1.0)
+
+
+@pytest.mark.parametrize("max_norm, first, divided_by", [(2.0, 1.2, 1.0), (2.0, 2.0, 1.0), (2.0, 5.0, 2.5),
+                                                         (None, 5.0, 1.0)])
+def test_the_gradient_clip_at_its_bound(max_norm, first, divided_by):
+    """A global norm at or under max_grad_norm is not clipped; above, every gradient is divided
+    by norm / max_grad_norm. Adam's first step is the sign of the gradient whatever its scale,
+    so the clip shows in the second step, whose gradient (norm 0.5) is not clipped."""
     w0 = torch.tensor([1.0, 1.0])
-    g = torch.tensor([0.6, 0.8]) * norm
+    g1, g2 = torch.tensor([0.6, 0.8]) * first, torch.tensor([-0.3, 0.4])
     w = w0.clone().requires_grad_()
-    w.grad = g.clone()
-    Lamb([{"params": [w], "weight_decay": 0.0}], lr=LR).step()
-    assert torch.allclose(w.detach(), w0 - LR * adam_direction([g / divided_by]), atol=1e-6)
-
-
-def test_no_clip_when_max_grad_norm_is_none():
-    w = torch.tensor([1.0, 1.0], requires_grad=True)
-    w.grad = torch.tensor([30.0, 40.0])
-    Lamb([w], lr=LR, weight_decay=0.0, max_grad_norm=None).step()
-    # Adam's first step is the gradient's sign whatever its size; its second moment tells the scale.
-    assert torch.allclose(w.detach(), torch.tensor([1.0, 1.0]) - LR * adam_direction([torch.tensor([30.0, 40.0])]))
+    opt = Lamb([{"params": [w], "weight_decay": 0.0}], lr=LR, max_grad_norm=max_norm)
+    for g in (g1, g2):
+        w.grad = g.clone()
+        opt.step()
+    want = w0 - LR * adam_direction([g1 / divided_by]) - LR * adam_direction([g1 / divided_by, g2])
+    assert torch.allclose(w.detach(), want, atol=1e-6)
 
 
 def test_a_zero_weight_or_a_zero_update_leaves_the_ratio_at_one():
@@ -87,6 +90,25 @@ def test_a_zero_weight_or_a_zero_update_leaves_the_ratio_at_one():
     Lamb([{"params": [zero, still], "weight_decay": WD}], lr=LR).step()
     assert torch.allclose(zero.detach(), -LR * adam_direction([torch.tensor([0.3, -0.4])]), atol=1e-6)
     assert torch.equal(still.detach(), torch.zeros(2))
+    # ||update|| = 0 beside ||w|| = 1: Adam's first direction, exactly +1 for a gradient of 1024
+    # (eps is below its float32 step), cancelled by a weight decay of -1. The ratio stays 1, not 1/0.
+    one = torch.ones(1, requires_grad=True)
+    one.grad = torch.full((1,), 1024.0)
+    Lamb([{"params": [one], "weight_decay": -1.0}], lr=LR, max_grad_norm=None).step()
+    assert torch.equal(one.detach(), torch.ones(1))
+
+
+def test_a_bfloat16_parameter_keeps_float32_moments():
+    w0, g = torch.tensor([1.0, -2.0, 0.5]), torch.tensor([0.25, -0.5, 0.125])
+    low, full = w0.to(torch.bfloat16).requires_grad_(), w0.clone().requires_grad_()
+    low.grad, full.grad = g.to(torch.bfloat16), g.clone()
+    opts = [Lamb([{"params": [p], "weight_decay": WD}], lr=LR) for p in (low, full)]
+    for opt in opts:
+        opt.step()
+    state = opts[0].state[low]
+    assert state["exp_avg"].dtype == state["exp_avg_sq"].dtype == torch.float32 and low.dtype == torch.bfloat16
+    assert torch.equal(state["exp_avg"], opts[1].state[full]["exp_avg"])   # bf16 holds these gradients exactly
+    assert torch.allclose(low.detach().float(), full.detach(), rtol=2 ** -7)   # to bf16's precision
 
 
 def test_a_parameter_without_a_gradient_is_left_alone():
