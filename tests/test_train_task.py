@@ -10,7 +10,7 @@ from test_train_targets import labelled_pack, multi_hot, number, several
 
 from feedline import open_dataset
 from feedline.train.config import TrainError
-from feedline.train.task import CLASSIFY, MULTI_LABEL, REGRESSION, Task, check_val
+from feedline.train.task import CLASSIFY, MULTI_LABEL, REGRESSION, Task, check_val, choose_task
 
 
 def other_hot(c: str) -> dict:   # the same number of classes as multi_hot, one other name
@@ -41,7 +41,8 @@ def stores(tmp_path_factory):
     root = tmp_path_factory.mktemp("task")
     made = {"train_several": labelled_pack(root, "train_several", 3, 1, several, "lmdb"),
             "train_target": labelled_pack(root, "train_target", 3, 1, number, "lmdb"),
-            "train_labels": labelled_pack(root, "train_labels", 3, 1, multi_hot, "lmdb")}
+            "train_labels": labelled_pack(root, "train_labels", 3, 1, multi_hot, "lmdb"),
+            "train_boxes": labelled_pack(root, "train_boxes", 2, 1, lambda c: {"boxes": [[1, 1, 20, 20, c]]}, "lmdb")}
     for name, row in VALS.items():
         made[name] = labelled_pack(root, name, 2, 2, row, "h5")
     flat = two_class_folder(root / "flat_src", 2, seed=3, classes=("grass",))
@@ -135,3 +136,26 @@ def test_a_regression_run_with_a_val_of_no_classes_says_what_is_wrong_in_one_lin
     err = one_line_error(capsys, [stores["train_several"], "--val", stores["target"], "--task", "classify", *FAST,
                                   "--batch-size", "4", "--epochs", "1", "--out", tmp_path / "run"])
     assert f"--val {stores['target']} holds target, but the run learns label" in err
+
+
+def test_choose_task_by_hand(stores):
+    """No store (--synthetic): classes; two learnable fields are as ambiguous as three; a task
+    the store cannot serve names what it needs and what the store offers, or what to do."""
+    assert choose_task(None, 7) == Task(CLASSIFY, "label", 7)
+    with open_dataset(stores["label_and_other_labels"]) as two:
+        with pytest.raises(TrainError) as err:
+            choose_task(two, 2)
+        assert str(err.value) == (f"{two.filename} holds label, labels: say which to learn with --task classify "
+                                  "(label), --task multilabel (labels)")
+    with open_dataset(stores["train_target"]) as target:
+        with pytest.raises(TrainError) as err:
+            choose_task(target, 0, "classify")
+        assert str(err.value) == (f"{target.filename} holds only target: the trainer trains classifiers (label or "
+                                  "labels) and regressors (target); --task classify needs label; this store offers "
+                                  "--task regress (target)")
+    with open_dataset(stores["train_boxes"]) as boxes:
+        with pytest.raises(TrainError) as err:
+            choose_task(boxes, 2)
+        assert str(err.value) == (f"{boxes.filename} holds only boxes: the trainer trains classifiers (label or "
+                                  "labels) and regressors (target); read boxes or keypoints in your own loop (README: "
+                                  "a detection-style loop), or pack a label column too")
