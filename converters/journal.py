@@ -59,6 +59,7 @@ class JournalEntry:
     source_bytes: int = 0
     jpeg_warnings: int = 0       # records whose decode check met a benign libjpeg warning
     skipped: list[list[str]] = field(default_factory=list)  # (path, reason, detail)
+    oriented: list[list[int]] = field(default_factory=list)  # (record, EXIF orientation applied), where not 1
     version: int = JOURNAL_VERSION
 
     def to_bytes(self) -> bytes:

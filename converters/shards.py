@@ -28,6 +28,7 @@ from .disk_space import check_room_for, file_sizes
 from .journal import differences, scan_digest
 from .options import PackOptions, format_for
 from .packer import pack_scan
+from .records import with_flip_pairs
 from .report import PackReport, Skip
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,8 @@ def pack_sharded(src: str | os.PathLike, out: str | os.PathLike, options: PackOp
     started = time.perf_counter()
     out = os.path.abspath(os.fspath(out))
     fmt = format_for(out, options.format)
-    scan = shuffled(scan_folder(os.fspath(src), options.labels_csv), options.shuffle)
+    scan = with_flip_pairs(shuffled(scan_folder(os.fspath(src), options.labels_csv), options.shuffle),
+                           options.flip_pairs)
     ranges = plan_shards(scan, options)
     count = len(ranges)
     if options.shard_index is not None and options.shard_index >= count:

@@ -17,7 +17,8 @@ class BatchPlan:
     epoch: int
     number: int          # position of the batch in this rank's epoch
     indices: np.ndarray  # int64 (n,) record indices
-    boxes: np.ndarray    # int64 (n, 4) crop in source pixels: top, left, height, width
+    boxes: np.ndarray    # (n, 4) crop in source pixels: top, left, height, width; int64 (whole pixels) in
+                         # training, float64 in evaluation (a resized image's region: see augment.center_crop)
     flips: np.ndarray    # bool (n,)
     labels: np.ndarray   # int64 (n,)
 

@@ -2,7 +2,6 @@
 to the same objects; URLs of other schemes refused."""
 from __future__ import annotations
 
-import boto3
 import pytest
 
 import converters.upload as upload
@@ -15,6 +14,7 @@ pytestmark = pytest.mark.s3
 
 
 def objects(server, bucket: str) -> dict[str, str]:
+    import boto3   # the test extra's; imported here, so the file collects without it
     env = server.env()
     s3 = boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
                       aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")

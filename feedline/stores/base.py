@@ -23,9 +23,8 @@ _warned_no_checksums: set[str] = set()   # files already reported, so each is re
 class Store(ABC):
     """Random access to records: encoded bytes, targets, (height, width), source path.
 
-    Thread-safe: many threads may call ``read`` at once, with no global lock on the
-    read path. Fork-safe: a store opened before a fork reopens its handles in the child.
-    """
+    Thread-safe: many threads may call ``read`` at once, with no global lock on the read
+    path. Fork-safe: opened before a fork (``before_fork`` first), it reopens in the child."""
 
     filename: str   # the file or folder the store was opened from
     kind: str       # "lmdb", "hdf5" or "folder"
@@ -157,6 +156,9 @@ class Store(ABC):
                     "ones. Pack the image folder again to add them.",
                     self.filename, self.meta.get("format_version"))
 
+    def before_fork(self) -> None:   # called in the parent just before forking processes that will read it
+        pass
+
     def close(self) -> None:
         """Release file handles. Reading after close reopens them."""
 
@@ -173,16 +175,15 @@ class Store(ABC):
 def checksum_mismatch(filename: str, index: int, path: str, expected: int, actual: int) -> ChecksumError:
     """A record's checksum mismatch: what, where and what to do; ``.detail`` is what the
     loader's one-line error adds after naming the record and before its own advice."""
-    error = ChecksumError(
+    return ChecksumError(
         f"{filename}: record {index} ({path}): checksum mismatch (stored {expected:016x}, "
         f"the bytes read hash to {actual:016x}): the file changed on disk after it was packed. "
         "Copy it again or pack the source folder again (feedline pack SRC OUT --overwrite); "
         "`feedline verify --checksums-only` lists every damaged record; to train past damaged "
-        "records, pass on_error='substitute'.", filename, index, path)
-    error.detail = (f"stored {expected:016x}, the bytes read hash to {actual:016x}: the file changed on "
-                    "disk after it was packed; copy it again or pack the source folder again "
-                    "(feedline pack SRC OUT --overwrite)")
-    return error
+        "records, pass on_error='substitute'.", filename, index, path,
+        detail=(f"stored {expected:016x}, the bytes read hash to {actual:016x}: the file changed on "
+                "disk after it was packed; copy it again or pack the source folder again "
+                "(feedline pack SRC OUT --overwrite)"))
 
 
 def column_names(meta: dict) -> tuple[str, ...]:

@@ -73,7 +73,9 @@ class Checkpoints:
 
     def check(self, state: dict) -> None:
         """TrainError when ``state`` cannot continue this run, naming what differs."""
-        where, saved = self.cfg.resume_path, state.get("config", {})
+        where, saved = self.cfg.resume_path, dict(state.get("config", {}))
+        if "warmup_lr" not in saved and saved.get("opt", "sgd") == "sgd":   # written when sgd had no Nesterov
+            saved["opt"] = "momentum"
         for key, before in _SAME.items():
             if saved.get(key, before) != getattr(self.cfg, key):
                 raise TrainError(f"{where} was written with --{key.replace('_', '-')} {saved.get(key, before)}, "
@@ -117,7 +119,7 @@ class Checkpoints:
             return (f"the last checkpoint rank 0 finished, {self.path}, is whole: run the same command "
                     "again with --resume to continue from it")
         return (f"no checkpoint was saved by this run yet ({self.path} is written after each epoch, and "
-                "every --save-every steps)")
+                "every --save-every steps): run the same command again with --overwrite to start afresh")
 
 
 def _rng_state() -> dict:

@@ -1,14 +1,29 @@
-"""The worker-process engine: the same batches as the thread engine for any number of
-workers, after a mid-epoch resume, with transforms and with bad records."""
+"""sources/cpu_engine.py: the CPU engine, run by worker processes or threads: the same batches
+either way for any number of workers, after a mid-epoch resume, with transforms and with bad
+records; a substitute in training follows its own crop and flip (checked against the decoder
+and the targets by hand, not against the other runner); a host batch goes back to the ring
+only when the consumer asks for the batch after next; raise mode stops at once."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
 
 import numpy as np
 import pytest
 import torch
+from engine_helpers import HOST, epoch_plan, make_workers, queue_of, ring_of
+from storefiles import make_records, write_lmdb
 
 from feedline import FeedLoader, TransformSpec, open_dataset
+from feedline.errors import DecodeError
+from feedline.sources.cpu_engine import deliver
+from feedline.sources.feed import Feed
+from feedline.sources.finisher import Filled, HostFinisher
+from feedline.stats import LoaderStats
 from feedline.transforms import Mixup, RandAugment
 
 
@@ -70,12 +85,12 @@ def test_a_resumed_epoch_continues_with_the_same_batches(packed_lmdb):
 def test_workers_live_across_epochs(packed_lmdb):
     with FeedLoader(str(packed_lmdb), batch_size=16, size=32, num_workers=2, device="cpu", train=True,
                     engine="processes") as loader:
-        pids = [p.pid for p in loader.source.pool.procs]
+        procs = loader.source.workers.procs
+        pids = [p.pid for p in procs]
         for epoch in range(3):
             loader.set_epoch(epoch)
             assert sum(len(x) for x, _ in loader) == 48
-            assert [p.pid for p in loader.source.pool.procs] == pids and all(p.is_alive() for p in
-                                                                           loader.source.pool.procs)
+            assert [p.pid for p in procs] == pids and all(p.is_alive() for p in procs)
 
 
 DAMAGED = ("class_001/img_0000005.jpg", "class_002/img_0000010.jpg")
@@ -175,7 +190,7 @@ def test_every_target_and_a_substitutes_own_match_the_thread_engine(tmp_path):
             assert torch.equal(xa, xb) and ya.keys() == yb.keys() and all(torch.equal(ya[k], yb[k]) for k in ya)
 
 
-def test_a_size_schedule_remakes_the_shared_ring_and_matches_threads(packed_lmdb):
+def test_a_size_schedule_remakes_the_ring_and_both_runners_agree(packed_lmdb):
     sizes = {0: 32, 1: 48, 2: 32}
     out = {}
     for engine in ("threads", "processes"):
@@ -185,7 +200,142 @@ def test_a_size_schedule_remakes_the_shared_ring_and_matches_threads(packed_lmdb
             for epoch in sizes:
                 loader.set_epoch(epoch)
                 out[engine] += [(x.clone(), y.clone()) for x, y in loader]
-            if engine == "processes":   # the old size's arenas are forgotten: one per ring position
-                assert len(loader.source.shared.arena_of) == loader.source.shared.ring.slots
+            # the old size's arenas are forgotten: one per ring position
+            assert len(loader.source.workers._arenas) == loader.source.memory.ring.slots
     assert [x.shape[-1] for x, _ in out["threads"]][::6] == [32, 48, 32]
     assert same(out["processes"], out["threads"])
+
+
+class RecordingFeed(Feed):
+    """A Feed that also notes which batch each released Slot held."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.released = []
+
+    def release(self, slot) -> None:
+        self.released.append(slot.plan.number)
+        super().release(slot)
+
+
+def test_a_host_slot_is_released_when_the_batch_after_next_is_asked_for(packed_lmdb):
+    store = open_dataset(str(packed_lmdb))
+    epoch = epoch_plan(size=(16, 16))
+    workers = make_workers(store)
+    memory = ring_of(workers, epoch)
+    try:
+        feed = RecordingFeed(queue_of(workers, memory, epoch), epoch.batches(store.labels, store.sizes), memory.ring)
+        stats = LoaderStats()
+        for k, (images, labels) in enumerate(deliver(feed, HostFinisher(HOST, None, None, Filled(True, True)), stats)):
+            assert feed.released == list(range(max(0, k - 1))), f"batch {k}"
+            assert images.shape == (4, 3, 16, 16) and len(labels) == 4
+    finally:
+        workers.close()
+    assert k + 1 == epoch.count(len(store))
+
+
+def test_a_loader_left_open_does_not_keep_the_process_alive(packed_lmdb):
+    """A script that stops after one batch, without close() or the end of the epoch, exits:
+    neither worker threads nor worker processes hold the interpreter open."""
+    for engine in ("threads", "processes"):
+        script = textwrap.dedent(f"""
+            import sys
+            from feedline import FeedLoader
+            loader = FeedLoader({str(packed_lmdb)!r}, batch_size=4, size=32, num_workers=2, device="cpu",
+                                decoder="opencv", engine={engine!r})
+            it = iter(loader)
+            next(it)
+            sys.modules["__main__"].keep = (loader, it)   # alive until the interpreter exits
+            print("done", flush=True)
+        """)
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and result.stdout.strip() == "done", result.stderr[-2000:]
+        assert "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("engine", ["threads", "processes"])
+def test_the_time_of_each_stage_is_a_share_of_the_epoch(packed_lmdb, engine):
+    """read_s, decode_s and copy_s are seconds the workers spent in each stage: positive, and
+    none more than the epoch's wall time times the number of workers."""
+    loader = FeedLoader(str(packed_lmdb), batch_size=8, size=32, num_workers=2, device="cpu", decoder="opencv",
+                        engine=engine)
+    started = time.perf_counter()
+    assert sum(len(y) for _, y in loader) == 48
+    elapsed = time.perf_counter() - started
+    s = loader.stats
+    for stage in (s.read_s, s.decode_s, s.copy_s):
+        assert 0 < stage <= 2 * elapsed
+    loader.close()
+
+
+@pytest.mark.parametrize("engine", ["threads", "processes"])
+def test_raise_mode_stops_decoding_a_failed_batch_and_says_so_at_once(tmp_path, engine):
+    """Records 8 and 10 of the last batch are not JPEGs. One worker: after record 8 fails, the
+    rest of that batch is left undecoded (the ledger names record 8 only) and the consumer
+    waiting for the batch hears of the failure at once (it runs in a thread here, so a
+    consumer left waiting fails the test instead of hanging it)."""
+    records = make_records(12, 3)
+    for index in (8, 10):
+        records.images[index] = b"\xff\xd8\xff\xe0 this is not really a jpeg" * 10
+    loader = FeedLoader(write_lmdb(tmp_path / "bad.lmdb", records), batch_size=4, size=16, shuffle=False,
+                        num_workers=1, device="cpu", decoder="opencv", engine=engine)
+    got, errors = [], []
+
+    def consume():
+        try:
+            got.extend(y.tolist() for _, y in loader)
+        except DecodeError as exc:
+            errors.append(exc)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    consumer.join(timeout=60)
+    hung = consumer.is_alive()
+    loader.close()
+    assert not hung, "the consumer was never told that the batch failed"
+    assert got == [[0, 1, 2, 0], [1, 2, 0, 1]]
+    assert [e.index for e in errors] == [8]
+    assert [(r.index, r.batch, r.position) for r in loader.stats.bad_records] == [(8, 2, 0)]
+
+
+@pytest.mark.parametrize("engine", ["threads", "processes"])
+def test_a_substitute_in_training_brings_its_own_crop_flip_and_targets(tmp_path, engine):
+    """A damaged record of a data set with boxes and keypoints, in training: its row holds the
+    rule's substitute, decoded with the substitute's own crop and flip (as the decoder makes
+    it, here by hand) and its targets through that crop and flip (targets_helpers' oracle)."""
+    from converters import pack
+    from feedline.decoders import get_decoder
+    from feedline.decoders.base import Box
+    from feedline.sources.substitute import substitute_sample
+    from targets_helpers import check_row, expected_row, labelled_folder
+    src, labels = labelled_folder(str(tmp_path / "labelled"), fields=("label", "boxes", "keypoints"))
+    store_path = str(tmp_path / "t.lmdb")
+    pack(src, store_path, labels_csv=labels, progress=False)
+    bad = 5
+    damage_record(store_path, bad)
+    with FeedLoader(store_path, batch_size=4, size=40, num_workers=2, device="cpu", decoder="pil", shuffle=True,
+                    seed=7, on_error="substitute", train=True, engine=engine, mean=None) as loader:
+        store, spec = loader.store, loader.config.augment
+        delivered = [(x.clone(), {k: v.clone() for k, v in y.items()}) for x, y in loader]
+        [record] = loader.stats.bad_records
+    other, box, flip = substitute_sample(spec, 7, 0, bad, 0, store.sizes)
+    assert record.index == bad and record.substitute == other
+    images, targets = delivered[record.batch]
+    want = np.empty((40, 40, 3), np.uint8)
+    get_decoder("pil").decode_into(store.read_checked(other), Box(*box), flip, want)
+    assert np.array_equal(images[record.position].permute(1, 2, 0).numpy(), want)
+    assert targets["label"][record.position] == store.label(other)
+    check_row(targets, record.position, expected_row(store, other, spec, 7, 0), max_boxes=targets["boxes"].shape[1])
+
+
+def damage_record(path: str, index: int) -> None:
+    """Flip bytes in the middle of record ``index`` of an LMDB store: a checksum mismatch."""
+    import lmdb
+
+    from feedline.format import image_key
+    env = lmdb.open(path, subdir=False, lock=False)
+    with env.begin(write=True) as txn:
+        value = bytearray(txn.get(image_key(index)))
+        value[len(value) // 2:len(value) // 2 + 32] = bytes(32)
+        txn.put(image_key(index), bytes(value))
+    env.close()
