@@ -14,6 +14,14 @@ from feedline.train.lamb import Lamb
 from feedline.train.step import make_optimizer
 
 LR, WD, EPS = 0.1, 0.01, 1e-6
+MOMENTUM = 0.9
+SHRUNK = {   # a decaying weight p after one step with a zero gradient (its decay term: wd x p)
+    "sgd": lambda p: p * (1 - LR * WD * (1 + MOMENTUM)),      # Nesterov: the decay term and momentum x it
+    "momentum": lambda p: p * (1 - LR * WD),
+    "adamw": lambda p: p * (1 - LR * WD),                       # decoupled; Adam's own step is 0
+    "adam": lambda p: p - LR * (WD * p) / ((WD * p).abs() + 1e-8),   # coupled: Adam's first step on wd x p
+    "lamb": lambda p: p * (1 - LR),                             # the trust ratio rescales wd x p to ||p||
+}
 
 
 def adam_direction(grads: list[torch.Tensor], betas=(0.9, 0.999)) -> torch.Tensor:
@@ -153,34 +161,34 @@ def net_and_grads():
 
 def test_make_optimizer_decays_weights_not_biases_or_batchnorm_and_skips_frozen_ones():
     net = net_and_grads()
-    for name in ("sgd", "adamw", "lamb"):
-        opt = make_optimizer(net, LR, 0.9, WD, name)
+    for name in SHRUNK:
+        opt = make_optimizer(net, LR, MOMENTUM, WD, name)
         decay, no_decay = opt.param_groups
         assert [p.shape for p in decay["params"]] == [(4, 3, 3, 3), (2, 4)] and decay["weight_decay"] == WD
         assert [p.shape for p in no_decay["params"]] == [(4,), (4,), (2,)] and no_decay["weight_decay"] == 0.0
         assert all(g["lr"] == LR for g in opt.param_groups)
 
 
-@pytest.mark.parametrize("name, shrink", [("sgd", 1 - LR * WD), ("adamw", 1 - LR * WD), ("lamb", 1 - LR)])
-def test_with_zero_gradients_only_the_decaying_group_shrinks(name, shrink):
-    """SGD and AdamW shrink a decaying weight by lr x wd; Lamb's trust ratio rescales its update
-    wd x w to ||w||, so it shrinks by lr; biases and BatchNorm do not move."""
+@pytest.mark.parametrize("name", sorted(SHRUNK))
+def test_with_zero_gradients_only_the_decaying_group_moves(name):
+    """Biases and BatchNorm (the group without weight decay) do not move; each optimizer moves
+    the decaying weights as its update of the decay term alone says."""
     net = net_and_grads()
     before = [p.detach().clone() for p in net.parameters()]
-    opt = make_optimizer(net, LR, 0.9, WD, name)
+    opt = make_optimizer(net, LR, MOMENTUM, WD, name)
     for p in net.parameters():
         p.grad = torch.zeros_like(p)
     opt.step()
     for p, p0 in zip(net.parameters(), before):
         decays = p.requires_grad and p.ndim > 1
-        assert torch.allclose(p.detach(), p0 * shrink if decays else p0, atol=1e-7), (name, tuple(p.shape))
+        assert torch.allclose(p.detach(), SHRUNK[name](p0) if decays else p0, atol=1e-7), (name, tuple(p.shape))
 
 
 def test_the_schedule_sets_the_rate_of_every_group():
-    from feedline.train.schedule import WarmupSchedule
-    opt = make_optimizer(net_and_grads(), LR, 0.9, WD, "lamb")
-    schedule = WarmupSchedule(opt, LR, warmup_steps=4, total_steps=20)
-    assert [g["lr"] for g in opt.param_groups] == [LR / 4, LR / 4]
-    for _ in range(3):
+    from feedline.train.schedule import WarmupSchedule, lr_at
+    opt = make_optimizer(net_and_grads(), LR, MOMENTUM, WD, "lamb")
+    schedule = WarmupSchedule(opt, LR, warmup_steps=4, total_steps=20, warmup_lr=0.02)
+    for step in range(6):
+        assert [g["lr"] for g in opt.param_groups] == [lr_at(step, LR, 4, 20, warmup_lr=0.02)] * 2
         schedule.step()
-    assert [g["lr"] for g in opt.param_groups] == [LR, LR]
+    assert opt.param_groups[0]["lr"] not in (0.02, LR)   # warmed up, then decaying

@@ -85,6 +85,7 @@ def killed_after_two_shards(monkeypatch, src, url: str, **kw) -> None:
 
 
 def contents(server, bucket: str) -> dict[str, bytes]:
+    import boto3
     env = server.env()
     s3 = boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
                       aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
