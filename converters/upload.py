@@ -17,6 +17,7 @@ import os
 import posixpath
 import shutil
 import time
+from dataclasses import replace
 
 from feedline.errors import PackError
 from feedline.format import SHARD_INDEX_FORMAT, SHARD_INDEX_VERSION, shard_index, shard_name
@@ -83,7 +84,8 @@ def pack_to_bucket(src: str | os.PathLike, url: str, options: PackOptions,
             bucket.upload(local, shard_key)
             bucket.write(shard_key + HEAD_SUFFIX, head)   # last: a head in the bucket marks the shard complete
             _remove_local(local)
-            reports.append(report)
+            # Where the shard is now; its list of skipped files stays in the report alone.
+            reports.append(replace(report, out=bucket.url(shard_key), error_report=None))
         entries.append({"file": name, "count": meta["count"], "bytes": size})
         metas.append(meta)
     index = {"format": SHARD_INDEX_FORMAT, "version": SHARD_INDEX_VERSION,
@@ -98,7 +100,6 @@ def pack_to_bucket(src: str | os.PathLike, url: str, options: PackOptions,
 
 def replace_out(options: PackOptions) -> PackOptions:
     """Each local shard is written afresh (a leftover of a killed run is replaced)."""
-    from dataclasses import replace
     return replace(options, resume=False, overwrite=True, progress=options.progress)
 
 

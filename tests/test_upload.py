@@ -127,3 +127,55 @@ def test_a_complete_data_set_is_kept_by_a_resume_and_replaced_only_with_overwrit
     pack(src, url, num_shards=2, quality=80, progress=False, overwrite=True)
     with open_dataset(f"{prefix}/t.shards.json") as store:
         assert store.meta["pack_options"]["quality"] == 80 and len(store) == 48
+
+
+def test_a_shard_packed_but_not_uploaded_when_killed_is_packed_again(photo_folder, s3_env, monkeypatch, caplog):
+    """Killed while uploading shard 1, its local copy complete in the staging folder: the
+    resume keeps shard 0 (said so in the log and the report) and packs shard 1 again over
+    the local copy."""
+    from feedline.stores.remote import Bucket
+    prefix = make_bucket(s3_env, "between")
+    url = f"{prefix}/t.lmdb"
+    real, calls = Bucket.upload, []
+
+    def killed_at_second(self, path, key):
+        calls.append(key)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, path, key)
+    with monkeypatch.context() as m:
+        m.setattr(Bucket, "upload", killed_at_second)
+        with pytest.raises(KeyboardInterrupt):
+            pack(str(photo_folder), url, num_shards=2, progress=False)
+    caplog.set_level("INFO", logger="converters.upload")
+    report = pack(str(photo_folder), url, num_shards=2, progress=False, resume=True)
+    assert [r.out for r in report.shards] == [f"{prefix}/t-00000-of-00002.lmdb", f"{prefix}/t-00001-of-00002.lmdb"]
+    assert [r.resumed_from for r in report.shards] == [24, 0] and report.packed == 48
+    assert f"{prefix}/t-00000-of-00002.lmdb: already uploaded (resume)" in caplog.text
+
+
+def test_bucket_refusals_in_full_and_format_from_the_option(photo_folder, s3_env, tmp_path):
+    prefix = make_bucket(s3_env, "refusals")
+    src = str(photo_folder)
+    with pytest.raises(PackError) as err:
+        pack(src, f"{prefix}/t.lmdb", num_shards=2, shard_index=0, progress=False)
+    assert str(err.value) == (f"{prefix}/t.lmdb: --shard-index packs one part on one machine; to a bucket, pack all "
+                              "shards in one run (it uploads each as it completes)")
+    pack(src, f"{prefix}/t.lmdb", num_shards=2, progress=False)
+    with pytest.raises(PackError) as err:
+        pack(src, f"{prefix}/t.lmdb", num_shards=2, progress=False)
+    assert str(err.value) == (f"{prefix}/t.shards.json already exists; pass --overwrite to replace the data set, or "
+                              "--resume to finish an upload of the same pack")
+    pack(src, f"{prefix}/d.data", num_shards=2, format="lmdb", progress=False)   # no extension to tell the format
+    with open_dataset(f"{prefix}/d.shards.json") as store:
+        assert store.kind == "lmdb" and len(store) == 48
+
+
+def test_files_the_labels_file_leaves_out_are_reported_once_with_the_first_shard(photo_folder, s3_env, tmp_path):
+    prefix = make_bucket(s3_env, "labels")
+    rels = sorted(str(p.relative_to(photo_folder)) for p in photo_folder.rglob("*.jpg"))
+    labels = tmp_path / "labels.csv"
+    labels.write_text("".join(f"{rel},{rel.split('/')[0]}\n" for rel in rels[1:]))   # the first file unlisted
+    report = pack(str(photo_folder), f"{prefix}/t.lmdb", num_shards=3, labels_csv=str(labels), progress=False)
+    assert [[s.path for s in r.skipped] for r in report.shards] == [[rels[0]], [], []]
+    assert report.packed == 47 and [s.path for s in report.skipped] == [rels[0]]
