@@ -57,7 +57,7 @@ declare -A AREAS=(
   [webdataset]="converters/webdataset.py | tests/test_webdataset.py tests/test_webdataset_members.py"
   [resume]="converters/shards.py converters/upload.py converters/complete.py converters/writers.py |
             tests/test_shards.py tests/test_shards_resume.py tests/test_upload.py tests/test_pack_resume.py
-            tests/test_journal_resume.py tests/test_writers.py"
+            tests/test_journal_resume.py tests/test_writers.py tests/test_complete.py"
   [lamb]="feedline/train/lamb.py | tests/test_train_lamb.py tests/test_train_flags.py tests/test_train_step.py"
   [train-eval]="feedline/train/evaluate.py feedline/train/evaluate_targets.py feedline/train/task.py |
                 tests/test_train_evaluate.py tests/test_train_evaluate_targets.py tests/test_train_task.py

@@ -123,3 +123,18 @@ def test_an_index_that_is_not_one_is_replaced_only_with_overwrite(src, tmp_path)
     assert os.listdir(tmp_path) == ["d.shards.json"]
     pack(src, out, num_shards=2, progress=False, overwrite=True)
     assert len(records(shard_index(out))) == N
+
+
+def test_shards_kept_by_a_resume_report_their_skipped_files(tmp_path):
+    """A folder with bad files (listed in each shard's errors.csv): a resumed pack whose shards
+    are all done reports each shard's skips and error report, and resumed after all its files."""
+    from pack_helpers import mixed_folder
+    src = mixed_folder(tmp_path / "src", n=10, seed=8, converted="class_001", bad=("class_000", "class_001"))
+    out = str(tmp_path / "m.lmdb")
+    first = pack(src, out, num_shards=2, progress=False)
+    again = pack(src, out, num_shards=2, progress=False, resume=True)
+    for was, now in zip(first.shards, again.shards):
+        assert sorted(s.path for s in now.skipped) == sorted(s.path for s in was.skipped)
+        assert now.error_report == (was.out + ".errors.csv" if was.skipped else None)
+        assert now.resumed_from == now.found == was.found and now.packed == was.packed
+    assert sum(bool(r.skipped) for r in again.shards) >= 1 and again.packed == first.packed
