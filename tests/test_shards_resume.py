@@ -138,3 +138,32 @@ def test_shards_kept_by_a_resume_report_their_skipped_files(tmp_path):
         assert now.error_report == (was.out + ".errors.csv" if was.skipped else None)
         assert now.resumed_from == now.found == was.found and now.packed == was.packed
     assert sum(bool(r.skipped) for r in again.shards) >= 1 and again.packed == first.packed
+
+
+def test_a_second_pack_without_resume_says_what_to_pass_before_packing(src, tmp_path, monkeypatch):
+    out = str(tmp_path / "r.lmdb")
+    interrupted(src, out, monkeypatch)
+    before = listing(tmp_path)
+    with pytest.raises(PackError) as err:
+        pack(src, out, progress=False, **FIRST)
+    assert str(err.value) == (f"{shard_name(out, 0, 3)} already exists (1 of the shards to pack do); pass --resume "
+                              "to keep the complete shards of this pack, or --overwrite to replace them")
+    assert listing(tmp_path) == before
+
+
+def test_the_log_the_format_and_what_the_labels_file_leaves_out(src, tmp_path, caplog):
+    """--format for an OUT whose extension says nothing; a labels file's left-out file is
+    reported once, with shard 0; what a split across machines and a resume log."""
+    rels = sorted(os.path.relpath(os.path.join(d, f), src) for d, _, fs in os.walk(src) for f in fs)
+    labels = tmp_path / "labels.csv"
+    labels.write_text("".join(f"{rel},{rel.split('/')[0]}\n" for rel in rels[1:]))
+    out = str(tmp_path / "s.data")
+    caplog.set_level("INFO", logger="converters.shards")
+    first = pack(src, out, num_shards=2, shard_index=1, format="lmdb", labels_csv=str(labels), progress=False)
+    assert (first.format, [s.path for s in first.skipped]) == ("lmdb", [])
+    assert (f"1 of 2 shards of {out} are here; once all are, `feedline pack --join {out}` writes the index (the run "
+            "that packs the last one writes it too)") in caplog.messages
+    report = pack(src, out, num_shards=2, format="lmdb", labels_csv=str(labels), progress=False, resume=True)
+    assert [[s.path for s in r.skipped] for r in report.shards] == [[rels[0]], []] and report.format == "lmdb"
+    assert f"{shard_name(out, 1, 2)}: already packed (resume)" in caplog.messages
+    assert f"{shard_index(out)}: 2 shards, {N - 1} records" in caplog.messages

@@ -26,6 +26,7 @@ VALS = {   # name -> labels-file row of each class
     "labels": multi_hot,
     "other_labels": other_hot,
     "fewer_labels": fewer_hot,
+    "two_new_labels": lambda c: {"labels": ["indoor", "sky", c]},
     "labels_two_each": lambda c: {"labels": {"grass": ["green", "grass"], "rocket": ["outdoor", "rocket"]}[c]},
     "label_and_other_labels": lambda c: {"label": c, **other_hot(c)},
     "target": number,
@@ -96,7 +97,8 @@ def test_a_multi_label_val_needs_the_labels_field_and_its_class_list(stores):
         "labels column too")
     for val, differs in [("label_and_other_labels", "indoor is not in TRAIN, outdoor of TRAIN is not in --val"),
                          ("other_labels", "indoor is not in TRAIN, outdoor of TRAIN is not in --val"),
-                         ("fewer_labels", "green of TRAIN is not in --val")]:
+                         ("fewer_labels", "green of TRAIN is not in --val"),
+                         ("two_new_labels", "indoor is not in TRAIN, green of TRAIN is not in --val")]:
         assert refusal(stores, "train_several", val, LABELS) == (
             f"--val {stores[val]} has other labels classes than TRAIN {t}: {differs}; pack both with the same "
             "classes (class folders or names)")

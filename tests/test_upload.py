@@ -2,6 +2,8 @@
 to the same objects; URLs of other schemes refused."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import converters.upload as upload
@@ -151,7 +153,25 @@ def test_a_shard_packed_but_not_uploaded_when_killed_is_packed_again(photo_folde
     report = pack(str(photo_folder), url, num_shards=2, progress=False, resume=True)
     assert [r.out for r in report.shards] == [f"{prefix}/t-00000-of-00002.lmdb", f"{prefix}/t-00001-of-00002.lmdb"]
     assert [r.resumed_from for r in report.shards] == [24, 0] and report.packed == 48
-    assert f"{prefix}/t-00000-of-00002.lmdb: already uploaded (resume)" in caplog.text
+    assert f"{prefix}/t-00000-of-00002.lmdb: already uploaded (resume)" in caplog.messages
+    assert f"{prefix}/t.shards.json: 2 shards, 48 records" in caplog.messages
+    with open_dataset(f"{prefix}/t.shards.json") as store:
+        pack_id = store.stores[0].meta["shard"]["pack_id"]
+        assert store.meta["source"] == str(photo_folder) and len(pack_id) == 32
+        assert [s.meta["shard"] for s in store.stores] == [{"index": k, "of": 2, "pack_id": pack_id} for k in (0, 1)]
+
+
+def test_a_killed_upload_resumed_from_other_files_is_refused(photo_folder, s3_env, monkeypatch, tmp_path):
+    import shutil
+    prefix = make_bucket(s3_env, "files")
+    src = shutil.copytree(photo_folder, tmp_path / "src")
+    killed_after_two_shards(monkeypatch, str(src), f"{prefix}/t.lmdb")
+    os.remove(sorted(src.rglob("*.jpg"))[-1])   # from the last shard: the split moves by one file
+    with pytest.raises(PackError) as err:
+        pack(str(src), f"{prefix}/t.lmdb", num_shards=4, progress=False, resume=True)
+    assert str(err.value) == (f"{prefix}/t-00000-of-00004.lmdb: the interrupted pack was made from other files or "
+                              f"labels than {src} holds now, or cut elsewhere (--shard-size); rerun with the same "
+                              "options, or start over with --overwrite and no --resume")
 
 
 def test_bucket_refusals_in_full_and_format_from_the_option(photo_folder, s3_env, tmp_path):
