@@ -103,3 +103,9 @@ def test_validate_reports_each_tasks_own_figures():
     assert set(numbers) == {"val_loss", "mae", "val_images"}
     assert numbers["mae"] == pytest.approx((2.0 + 0.0 + 0.0 + 0.0) / 4)
     assert numbers["val_loss"] == pytest.approx((2.0 - 0.5) / 4)   # --regression-loss smooth-l1 reached it
+
+
+def test_the_sums_over_batches_keep_every_unit():
+    """Absolute errors of 2**24 and 1 in two batches: a float32 running sum would drop the 1."""
+    got = evaluated([[2.0 ** 24], [1.0]], torch.tensor([0.0, 0.0]), FieldLoss(REGRESSION, "target"), sizes=[1, 1])
+    assert got["mae"] == (2 ** 24 + 1) / 2
