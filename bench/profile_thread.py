@@ -8,7 +8,7 @@ make them (RandomResizedCrop 224 + flip, batch 64): the store read and its check
 grid parse and splice, the JPEG decode with its resize + flip (on a grid store the
 calls GridDecoder makes, timed one by one), the normalization into a float32
 row (uint8 output decodes into the row itself: no such step), and the queue's own cost
-per sample (claims, lock, counters, bookkeeping), measured on a DecodeQueue whose store and
+per sample (chunks, the worker loop, answers), measured on one worker thread whose store and
 decoder do nothing. Consumer thread, per batch: FeedLoader iterated under cProfile (only
 that thread is profiled), the time not spent waiting for the decode threads, for float32
 and uint8 outputs, with its largest items. JSON: bench/results/profile_thread.json.
@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: the repository root first on s
 from bench.common import format_table, say, write_results  # noqa: E402
 
 SIZE, BATCH = (224, 224), 64
-_WAITS = ("wait", "acquire", "_wait_for_tstate_lock")   # the consumer blocked on the decode threads
+_WAITS = ("wait", "acquire", "_wait_for_tstate_lock", "poll")   # the consumer blocked on its workers
 
 
 def timed(fn, *args) -> float:
@@ -49,16 +49,18 @@ def stages(store, n: int, grid: bool) -> dict:
     from feedline.decoders.base import Box
     from feedline.decoders.grid_decoder import grid_decoder_for
     from feedline.decoders.jpeg_grid import parse_grid, splice_crop
-    from feedline.sources.normalization import HostNormalizer
+    from feedline.sources.arena import Arena
+    from feedline.sources.ring import row_format
+    from feedline.sources.rows import RowWriter
     count = min(n, len(store))
     sizes = np.asarray(store.sizes[:count])
     boxes = random_resized_crop(sizes[:, 0], sizes[:, 1], uniforms(7, 0, range(count), 22))
     decoder = get_decoder("auto")
     grid_decoder = grid_decoder_for(store, decoder)
     out = np.empty((*SIZE, 3), np.uint8)
-    row = torch.empty((1, 3, *SIZE), dtype=torch.float32).contiguous(memory_format=torch.channels_last)[0]
-    normalize = HostNormalizer(OutputSpec(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
-                                          dtype=torch.float32, channels_last=True))
+    fmt = row_format(OutputSpec(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), dtype=torch.float32,
+                                channels_last=True, device="cpu"), 1, SIZE)
+    rows = RowWriter(fmt, Arena(fmt.nbytes, shared=False).memory)   # a worker's row of a host batch
     spent = dict.fromkeys(["read", "checksum", "parse", "splice", "jpeg_decode", "normalize_f32"], 0.0)
     for i in range(count):
         box, flip = Box(*map(int, boxes[i])), bool(i % 2)
@@ -81,7 +83,7 @@ def stages(store, n: int, grid: bool) -> dict:
             spent["jpeg_decode"] += time.perf_counter() - t2
         else:
             spent["jpeg_decode"] += timed(decoder.decode_into, data, box, flip, out)   # decode + crop + resize
-        spent["normalize_f32"] += timed(normalize, out, row)
+        spent["normalize_f32"] += timed(rows.write, 0, out)
     return {k: 1e3 * v / count for k, v in spent.items()}
 
 
@@ -101,39 +103,43 @@ class _NoDecoder:
 
 
 def queue_overhead(n_batches: int) -> float:
-    """Milliseconds per sample a decode thread spends in DecodeQueue itself (claim, lock,
-    counters, plan indexing, Box), with a store and a decoder that do nothing."""
+    """Milliseconds per sample of the engine's own machinery (chunks sent to a worker thread,
+    its loop and fill bookkeeping, the answers heard back), with a store and a decoder that
+    do nothing: the one sample path minus its read, decode and write."""
     import numpy as np
 
-    import torch
-
-    from feedline.plan import BatchPlan
-    from feedline.sources.decode_queue import DecodeQueue
-    from feedline.sources.slot import Slot
+    from feedline.augment import AugmentSpec
+    from feedline.choices import OnError, Order
+    from feedline.config import OutputSpec
+    from feedline.plan import BatchPlan, EpochPlan
+    from feedline.sources.dispatch import ChunkQueue
+    from feedline.sources.fill import SampleSpec
+    from feedline.sources.policy import BadRecordPolicy
+    from feedline.sources.ring import ArenaRing, RingSpec
+    from feedline.sources.thread_workers import ThreadWorkers
     from feedline.stats import LoaderStats
 
-    class Rows:
-        pixels = np.zeros((*SIZE, 3), np.uint8)
-
-        def buffer(self, slot, j):
-            return self.pixels
-
-        def write(self, slot, j, decoded):
-            pass
-
-    idx = np.arange(BATCH)
-    plan = BatchPlan(0, 0, idx, np.tile([0, 0, 224, 224], (BATCH, 1)), np.zeros(BATCH, bool),
-                     np.zeros(BATCH, np.int64))
-    pixels, labels = torch.zeros((BATCH, 1, 1, 3), dtype=torch.uint8), torch.zeros(BATCH, dtype=torch.int64)
-    with DecodeQueue(_NoStore(BATCH), _NoDecoder(), None, 1, LoaderStats(), Rows()) as queue:
+    epoch = EpochPlan(AugmentSpec(size=SIZE), 0, 0, Order.SEQUENTIAL, BATCH, False)
+    output = OutputSpec(mean=None, std=None, channels_last=True, device="cpu")   # rows are the decoded pixels
+    workers = ThreadWorkers(SampleSpec(_NoStore(BATCH), _NoDecoder(), None, 0, False), 1)
+    memory = ArenaRing(RingSpec(n_batches, BATCH, output, False), SIZE, workers, None)
+    stats = LoaderStats()
+    workers.start()
+    try:
+        queue = ChunkQueue(workers, memory.arena_of, epoch, BadRecordPolicy(None, OnError.RAISE, epoch, stats.ledger),
+                           stats, None)
+        plans = [BatchPlan(0, number, np.arange(BATCH), np.tile([0, 0, 224, 224], (BATCH, 1)),
+                           np.zeros(BATCH, bool), np.zeros(BATCH, np.int64)) for number in range(n_batches)]
+        slots = [memory.ring.slot(number) for number in range(n_batches)]
         t0 = time.perf_counter()
-        for number in range(n_batches):
-            slot = Slot(number, pixels, labels, None, SIZE)
+        for slot, plan in zip(slots, plans):
             slot.load(plan)
             queue.submit(slot)
         while queue.next_filled() is not None:
             pass
         return 1e3 * (time.perf_counter() - t0) / (n_batches * BATCH)
+    finally:
+        workers.close()
 
 
 def consumer(path: str, dtype, batches: int, grid: bool) -> dict:
@@ -147,7 +153,7 @@ def consumer(path: str, dtype, batches: int, grid: bool) -> dict:
         for _ in loader:
             pass
     done = loader.stats
-    threads = loader.config.num_threads
+    threads = loader.config.num_workers
     accounted = (done.read_s + done.decode_s + done.copy_s) / done.images
     accounting = {"threads": threads, "img_s": done.images / done.elapsed_s,
                   "read_ms": 1e3 * done.read_s / done.images, "decode_ms": 1e3 * done.decode_s / done.images,

@@ -32,7 +32,7 @@ from feedline.targets import TARGET_DTYPES
 from .disk_space import write_failed
 from .journal import JournalEntry
 from .output_lock import OutputLock
-from .writer_base import Writer, remove_quietly, start_writeback
+from .writer_base import HDF5_STAGING_SUFFIXES, Writer, remove_quietly, start_writeback
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +64,7 @@ class Hdf5Writer(Writer):
     def __init__(self, out: str):
         super().__init__(out)
         self._lock = OutputLock(self.partial_path, out)
-        self.staging_path = self.partial_path + ".images"
-        self.journal_path = self.partial_path + ".journal"
+        self.staging_path, self.journal_path = (self.partial_path + suffix for suffix in HDF5_STAGING_SUFFIXES)
         self._staging: int | None = None
         self._journal: int | None = None
         self._base = 0  # offset of the first staged byte

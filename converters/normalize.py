@@ -88,7 +88,8 @@ def _check_jpeg(data: bytes, rel: str, options: PackOptions) -> Record | Skip | 
     why = info.conversion_reason()
     if why is not None:
         exotic = info.sof not in PASS_THROUGH_SOF or info.arithmetic or info.precision != 8
-        return Conversion(rel, data, why, bits=info.precision, exotic=exotic, draft=draft)
+        return Conversion(rel, data, why, bits=info.precision, exotic=exotic, draft=draft,
+                          orientation=info.orientation)
     try:
         width, height, subsampling, colorspace = _turbo_header(data)
     except OSError as exc:

@@ -27,6 +27,14 @@ class PackCheck(str, Enum):
     DECODE = "decode"     # also decoded strictly: damaged image data is skipped as corrupt
 
 
+class LabelsFrame(str, Enum):
+    """Which pixels a labels file's boxes and keypoints are in, for an image with an EXIF
+    orientation (which pack applies to the pixels)."""
+
+    STORED = "stored"         # the file's pixels before the orientation (COCO's): turned with the image
+    DISPLAYED = "displayed"   # the image as shown, the orientation applied: kept as given
+
+
 class Layout(str, Enum):
     """How JPEG records are laid out."""
 
@@ -98,6 +106,8 @@ class PackOptions:
     shard_index: int | None = None          # pack only this shard (splitting a pack across machines)
     shuffle: int | None = None              # a seed: records in that random order, not sorted
     layout: Layout = Layout.ORIGINAL
+    labels_frame: LabelsFrame | None = None   # needed when an image with boxes or keypoints has an EXIF orientation
+    flip_pairs: tuple[tuple[int, int], ...] | None = None   # keypoints that trade places in a mirror
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalize the fields once, here
@@ -106,6 +116,10 @@ class PackOptions:
         set_(self, "on_error", _enum(OnError, self.on_error, "on_error"))
         set_(self, "check", _enum(PackCheck, self.check, "check"))
         set_(self, "layout", _enum(Layout, self.layout, "layout"))
+        if self.labels_frame is not None:
+            set_(self, "labels_frame", _enum(LabelsFrame, self.labels_frame, "labels_frame"))
+        if self.flip_pairs is not None:
+            set_(self, "flip_pairs", _pairs(self.flip_pairs))
         if self.labels_csv is not None:
             set_(self, "labels_csv", os.path.abspath(os.fspath(self.labels_csv)))
         _int_or_none(self.shuffle, "shuffle", 0)
@@ -141,10 +155,38 @@ class PackOptions:
 
     def output_options(self, fmt: OutputFormat) -> dict:
         """The options that shape the output: stored as the metadata's pack_options."""
+        chosen = {"labels_frame": self.labels_frame.value} if self.labels_frame is not None else {}
+        if self.flip_pairs is not None:   # named only when given: packs from before match as they were
+            chosen["flip_pairs"] = [list(p) for p in self.flip_pairs]
         return {"format": fmt.value, "labels_csv": self.labels_csv, "max_side": self.max_side,
                 "quality": self.quality, "max_pixels": self.max_pixels, "on_error": self.on_error.value,
                 "check": self.check.value, "shuffle": self.shuffle, "layout": self.layout.value,
-                "alpha": "composited on white", "exif_orientation": "applied"}
+                "alpha": "composited on white", "exif_orientation": "applied", **chosen}
+
+
+def _pairs(value) -> tuple[tuple[int, int], ...]:
+    """flip_pairs as a tuple of (a, b) of ints; their range is checked against the keypoints."""
+    try:
+        pairs = tuple((a, b) for a, b in value)
+    except (TypeError, ValueError):
+        pairs = None
+    if not pairs or any(isinstance(k, bool) or not isinstance(k, int) for p in pairs for k in p):
+        raise PackError(f"flip_pairs must be pairs of keypoint indices such as ((1, 2), (3, 4)), got {value!r}")
+    return pairs
+
+
+def parse_flip_pairs(text: str) -> tuple[tuple[int, int], ...]:
+    """``--flip-pairs``: "1:2,3:4" (0-based keypoint indices, left:right) as ((1, 2), (3, 4))."""
+    pairs = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        a, sep, b = part.partition(":")
+        if not sep or not a.strip().isdigit() or not b.strip().isdigit():
+            raise PackError(f"--flip-pairs {text!r}: {part!r} is not A:B; give the keypoints that trade places "
+                            "in a mirror as 0-based index pairs, e.g. --flip-pairs 1:2,3:4")
+        pairs.append((int(a), int(b)))
+    if not pairs:
+        raise PackError(f"--flip-pairs {text!r}: no pairs; e.g. --flip-pairs 1:2,3:4")
+    return tuple(pairs)
 
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,

@@ -33,9 +33,10 @@ from .disk_space import check_room_for, write_failed
 from .journal import JournalEntry, check_entries, scan_digest
 from .normalize import Conversion, Record, check_file, convert
 from .options import Layout, OnError, PackCheck, PackOptions, format_for
-from .records import TargetRefused, add_target_columns, check_resizing, check_targets
+from .records import (TargetRefused, add_target_columns, check_resizing, check_targets, refuse_unframed,
+                      with_flip_pairs)
 from .ordered import OrderedPool
-from .report import PackReport, Skip, write_error_report
+from .report import PackReport, Skip, nothing_packed, write_error_report
 from .progress import progress_bar
 from .writer_base import ChunkLost, Writer
 from .writers import make_writer
@@ -52,6 +53,7 @@ class _Tally:
     paths: list[str] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     checksums: list[int] = field(default_factory=list)
+    oriented: list[list[int]] = field(default_factory=list)   # (record, EXIF orientation applied), where not 1
     skipped: list[Skip] = field(default_factory=list)
     converted: int = 0
     source_bytes: int = 0
@@ -65,6 +67,7 @@ class _Tally:
         self.paths += entry.paths
         self.lengths += entry.lengths
         self.checksums += entry.checksums
+        self.oriented += entry.oriented
         self.skipped += entry.skips()
         self.converted += entry.converted
         self.jpeg_warnings += entry.jpeg_warnings
@@ -89,7 +92,8 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions) -
     resuming_complete = options.resume and not options.overwrite and os.path.isfile(out)
     if not resuming_complete:
         _check_out(out, options)
-    scan = shuffled(scan_folder(os.fspath(src), options.labels_csv), options.shuffle)
+    scan = with_flip_pairs(shuffled(scan_folder(os.fspath(src), options.labels_csv), options.shuffle),
+                           options.flip_pairs)
     if resuming_complete:
         return report_complete(scan, out, options.output_options(fmt), started)
     # Links not followed and labels CSV mismatches: listed with the skipped files.
@@ -104,7 +108,7 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
     fmt = format_for(out, options.format)
     _check_out(out, options)
     check_resizing(scan, options.max_side)
-    writer = make_writer(fmt, out)
+    writer = make_writer(fmt, out, options.resume)
     leftovers = writer.leftovers()
     if leftovers and not options.resume:
         log.warning("%s: discarding an unfinished pack (pass --resume to continue it)", leftovers[0])
@@ -128,7 +132,7 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
         skipped = not_taken + tally.skipped
         if not tally.labels:
             writer.discard()
-            raise PackError(_nothing_packed(scan, skipped))
+            raise PackError(nothing_packed(scan.root, len(scan.paths), skipped))
         meta = make_meta(count=len(tally.labels), classes=scan.classes, pack_options=wanted,
                          source=scan.root, created=_utc_now(),
                          feedline_version=__version__, shard=shard, fields=scan.fields, class_lists=scan.class_lists)
@@ -137,7 +141,8 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
         if options.check is PackCheck.DECODE or options.layout is Layout.GRID:
             meta["jpeg_warnings"] = tally.jpeg_warnings
         columns = column_bytes(tally.labels, tally.sizes, tally.paths, tally.checksums)
-        clipped = add_target_columns(columns, scan, tally.paths, tally.sizes)   # boxes clipped to their image
+        clipped = add_target_columns(columns, scan, tally.paths, tally.sizes,   # boxes clipped to their image
+                                     tally.oriented, options.labels_frame)
         writer.finish(columns, meta, tally.lengths)
         try:
             report_path = write_error_report(out, skipped)
@@ -246,6 +251,9 @@ def _commit_outcomes(outcomes, scan: ScanResult, writer: Writer, options: PackOp
             entry.skipped.append(outcome.row())
         else:
             data = outcome.data
+            if outcome.orientation != 1:   # turned: its boxes and keypoints must say in which frame they are
+                refuse_unframed(scan, scan.paths[i], outcome.orientation, options.labels_frame)
+                entry.oriented.append([entry.first_record + len(entry.labels), outcome.orientation])
             writer.add(entry.first_record + len(entry.labels), data)
             entry.labels.append(scan.labels[i])
             entry.sizes.append([outcome.height, outcome.width])
@@ -263,12 +271,13 @@ def _commit_outcomes(outcomes, scan: ScanResult, writer: Writer, options: PackOp
             if entry.consumed % 64 == 0:
                 bar.set_postfix_str(_rate(read, started), refresh=False)
         if entry.consumed - tally.consumed >= options.commit_every or pending_bytes >= options.commit_bytes:
-            check_targets(scan, entry.paths, entry.sizes)   # as verify will: the sizes are known now
+            # as verify will: the sizes are known now
+            check_targets(scan, entry.paths, entry.sizes, entry.oriented, entry.first_record, options.labels_frame)
             writer.commit(entry)
             tally.add(entry)
             entry, pending_bytes = _new_entry(tally, wanted, digest), 0
     if entry.consumed > tally.consumed:
-        check_targets(scan, entry.paths, entry.sizes)
+        check_targets(scan, entry.paths, entry.sizes, entry.oriented, entry.first_record, options.labels_frame)
         writer.commit(entry)
         tally.add(entry)
 
@@ -287,14 +296,3 @@ def _utc_now() -> str:
 def _rate(nbytes: int, started: float) -> str:
     seconds = max(time.perf_counter() - started, 1e-9)
     return f"{nbytes / 2**20 / seconds:.1f} MiB/s"
-
-
-def _nothing_packed(scan: ScanResult, skipped: list[Skip]) -> str:
-    counts: dict[str, int] = {}
-    for s in skipped:
-        counts[s.reason.value] = counts.get(s.reason.value, 0) + 1
-    reasons = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
-    first = skipped[0] if skipped else None
-    where = f"; first: {first.path}: {first.reason.value}: {first.detail}" if first else ""
-    return (f"{scan.root}: none of the {len(scan.paths)} image files could be packed ({reasons}){where}; "
-            "nothing written")

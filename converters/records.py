@@ -12,9 +12,10 @@ import math
 from typing import NamedTuple
 
 from feedline.errors import PackError
+from feedline.fields.base import stored_sizes
 from feedline.scan import ScanResult
 
-from .options import PackOptions
+from .options import LabelsFrame, PackOptions
 from .report import Skip, SkipReason
 
 
@@ -25,6 +26,7 @@ class Record(NamedTuple):
     converted: str | None       # why it was re-encoded; None when stored byte for byte
     source_bytes: int
     warning: str | None = None  # a benign libjpeg warning met by the decode check (jpeg_warnings)
+    orientation: int = 1        # the EXIF orientation applied to the pixels (1: none)
 
 
 class Conversion(NamedTuple):
@@ -37,6 +39,7 @@ class Conversion(NamedTuple):
     exotic: bool = False        # a JPEG process decoders may lack (12-bit, lossless, arithmetic)
     draft: tuple[int, int] | None = None   # a JPEG shrunk to max_side: (width, height) to decode at least,
                                            # DCT-scaled by libjpeg (1/2, 1/4, 1/8), never the full size
+    orientation: int = 1        # a JPEG's EXIF orientation, from its header
 
 
 def too_large(rel: str, width: int, height: int, options: PackOptions, decoded: int | None = None) -> Skip:
@@ -66,16 +69,73 @@ class TargetRefused(PackError):
     """A target that its image refuses (a box wholly outside it): the labels file must change."""
 
 
-def add_target_columns(columns: dict, scan: ScanResult, paths: list[str], sizes: list[list[int]]) -> int:
+def add_target_columns(columns: dict, scan: ScanResult, paths: list[str], sizes: list[list[int]],
+                       oriented: list[list[int]] = (), frame: LabelsFrame | None = None) -> int:
     """Add to ``columns`` the stored bytes of the fields beyond label (`feedline.fields`) of the
     records packed, ``paths`` in record order, fitted to their images (``sizes``: boxes partly
-    outside are clipped); returns how many values were fitted. Taken from the scan at the end,
-    so a resumed pack needs no targets in its journal."""
+    outside are clipped); returns how many values were fitted. Values in the stored frame of
+    images turned by their EXIF orientation (``oriented``: (record, orientation) pairs) are
+    turned with them. Taken from the scan at the end, so a resumed pack needs no targets in its
+    journal."""
     if scan.targets is None or not scan.targets.fields:
         return 0
-    fitted, changed = scan.targets.take([scan.places[p] for p in paths]).fitted(sizes)
+    targets = scan.targets.take([scan.places[p] for p in paths])
+    if frame is LabelsFrame.STORED and oriented:
+        targets = targets.oriented(orientations(oriented, 0, len(paths)), sizes)
+    fitted, changed = targets.fitted(sizes)
     columns.update(fitted.to_bytes())
     return changed
+
+
+def orientations(oriented, first: int, count: int) -> list[int] | None:
+    """The EXIF orientation applied to each of records ``first`` .. ``first + count - 1``, from
+    the (record, orientation) pairs of those turned; None when none was."""
+    if not oriented:
+        return None
+    turned = [1] * count
+    for record, orientation in oriented:
+        turned[record - first] = orientation
+    return turned
+
+
+def refuse_unframed(scan: ScanResult, path: str, orientation: int, frame: LabelsFrame | None) -> None:
+    """TargetRefused when ``path``, whose pixels pack turns by its EXIF ``orientation``, has boxes
+    or keypoints and no --labels-frame says which pixels they are in."""
+    if frame is not None or orientation == 1 or scan.targets is None or not scan.targets.fields:
+        return
+    if scan.targets.take([scan.places[path]]).annotated()[0]:
+        raise TargetRefused(f"{scan.labels_file}: {scan.rows.get(path, 'the row')} ({path}): the image has EXIF "
+                            f"orientation {orientation}, which pack applies to its pixels, and its boxes or keypoints "
+                            "would no longer lie on what they mark: pass --labels-frame stored (they are on the "
+                            "file's pixels as stored, as COCO's are: turned with the image) or --labels-frame "
+                            "displayed (they are on the image as shown, turned already); nothing written")
+
+
+def _frame_words(orientation: int, frame: LabelsFrame | None) -> str:
+    if orientation == 1:
+        return "coordinates in the pixels of the image as stored"
+    if frame is LabelsFrame.STORED:
+        return (f"coordinates in the stored frame: the file's pixels before its EXIF orientation {orientation}, "
+                "--labels-frame stored")
+    return f"coordinates in the displayed frame: the image after its EXIF orientation {orientation}, --labels-frame displayed"
+
+
+def with_flip_pairs(scan: ScanResult, pairs) -> ScanResult:
+    """``scan`` with --flip-pairs in its keypoints' spec (stored in the metadata); PackError when
+    the labels have no keypoints or a pair does not fit them."""
+    if not pairs:
+        return scan
+    from dataclasses import replace
+
+    from feedline.fields import FieldsError
+    from feedline.targets import with_options
+    if scan.targets is None:
+        raise PackError(f"--flip-pairs: {scan.root} has no labels file with keypoints: give --labels FILE.jsonl")
+    try:
+        targets = with_options(scan.targets, flip_pairs=[list(p) for p in pairs])
+    except FieldsError as exc:
+        raise PackError(f"--flip-pairs: {scan.labels_file}: {exc}") from None
+    return replace(scan, fields={**scan.fields, **targets.fields}, targets=targets)
 
 
 def check_resizing(scan: ScanResult, max_side: int | None) -> None:
@@ -89,16 +149,21 @@ def check_resizing(scan: ScanResult, max_side: int | None) -> None:
                         "loader resizes every crop anyway)")
 
 
-def check_targets(scan: ScanResult, paths: list[str], sizes: list[list[int]]) -> None:
-    """TargetRefused naming the labels file, its row and the file for the first target of the
-    records ``paths`` that its image refuses (``sizes``: the stored (height, width) of each), by
-    the rule ``feedline verify`` applies (a box wholly outside its image)."""
+def check_targets(scan: ScanResult, paths: list[str], sizes: list[list[int]], oriented: list[list[int]] = (),
+                  first: int = 0, frame: LabelsFrame | None = None) -> None:
+    """TargetRefused naming the labels file, its row, the file and the labels' frame for the first
+    target of records ``first`` .. (``paths``) that its image refuses (``sizes``: the packed
+    (height, width) of each; ``oriented``: (record, EXIF orientation applied) of those turned), by
+    the rule ``feedline verify`` applies (a box wholly outside its image), in the labels' frame."""
     if scan.targets is None or not scan.targets.fields or not paths:
         return
-    problems = scan.targets.take([scan.places[p] for p in paths]).problems(sizes)
+    import numpy as np   # targets beyond label hold numpy columns already
+    turned = np.asarray(orientations(oriented, first, len(paths)) or [1] * len(paths))
+    in_frame = stored_sizes(turned, sizes) if frame is LabelsFrame.STORED else sizes
+    problems = scan.targets.take([scan.places[p] for p in paths]).problems(in_frame)
     if problems:
         k, text = problems[0]
         more = f"; {len(problems) - 1} more in these {len(paths)} files" if len(problems) > 1 else ""
         raise TargetRefused(f"{scan.labels_file}: {scan.rows.get(paths[k], 'the row')} ({paths[k]}): {text}: correct "
-                            f"it in the labels file (coordinates in the pixels of the image as stored) or remove "
+                            f"it in the labels file ({_frame_words(int(turned[k]), frame)}) or remove "
                             f"it{more}; nothing written")

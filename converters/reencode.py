@@ -22,6 +22,7 @@ from .report import Skip, SkipReason
 # Signatures of the formats Pillow reads for us: a file with one of these that
 # Pillow cannot open is damaged, not "not an image".
 _PILLOW_LIMIT = threading.Lock()
+_ORIENTATION = 0x0112   # the EXIF tag, which ImageOps.exif_transpose applies for 2..8
 _SIGNATURES = (b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"II*\x00", b"MM\x00*")
 
 
@@ -32,18 +33,19 @@ def reencode(job: Conversion, options: PackOptions) -> Record | Skip:
     if isinstance(decoded, Skip) and data[:2] == SOI and decoded.reason is not SkipReason.TOO_LARGE:
         fallback = _decode_cv2(data, job.bits)
         if fallback is not None:
-            decoded = fallback
+            decoded = fallback, job.orientation   # OpenCV applies a JPEG's orientation, which its header gave
         elif job.exotic and decoded.reason is SkipReason.CORRUPT:
             decoded = Skip(rel, SkipReason.UNSUPPORTED, f"{job.why}, which no installed decoder reads "
                                                         f"(Pillow: {decoded.detail}; OpenCV failed too)")
     if isinstance(decoded, Skip):
         return decoded
+    decoded, orientation = decoded
     try:
         pixels = fit_max_side(decoded, options.max_side)
         encoded = encode_jpeg(pixels, options.quality)
     except (ValueError, MemoryError) as exc:
         return Skip(rel, SkipReason.CORRUPT, f"cannot re-encode it as JPEG ({exc})")
-    return Record(encoded, int(pixels.shape[0]), int(pixels.shape[1]), job.why, len(data))
+    return Record(encoded, int(pixels.shape[0]), int(pixels.shape[1]), job.why, len(data), orientation=orientation)
 
 
 def _open_unlimited(data: bytes) -> Image.Image:
@@ -61,7 +63,8 @@ def _open_unlimited(data: bytes) -> Image.Image:
 
 
 def _decode_pil(data: bytes, rel: str, options: PackOptions,
-                draft: tuple[int, int] | None = None) -> np.ndarray | Skip:
+                draft: tuple[int, int] | None = None) -> tuple[np.ndarray, int] | Skip:
+    """The pixels with their EXIF orientation applied, and that orientation (1: none)."""
     try:
         im = _open_unlimited(data)
     except UnidentifiedImageError:
@@ -78,8 +81,9 @@ def _decode_pil(data: bytes, rel: str, options: PackOptions,
             return too_large(rel, width, height, options)
         try:
             im.seek(0)  # GIF, TIFF, WebP animations: the first frame
+            orientation = im.getexif().get(_ORIENTATION, 1)
             oriented = ImageOps.exif_transpose(im)
-            return pil_to_array(oriented)
+            return pil_to_array(oriented), orientation if orientation in range(2, 9) else 1
         except (OSError, EOFError) as exc:
             reason = SkipReason.TRUNCATED if isinstance(exc, EOFError) or "truncat" in str(exc) \
                 else SkipReason.CORRUPT

@@ -24,6 +24,7 @@ class SkipReason(str, Enum):
     SYMLINK_LOOP = scan.SYMLINK_LOOP        # a folder link to a folder above it: not followed
     SYMLINK_REPEAT = scan.SYMLINK_REPEAT    # a folder link to a folder packed anyway: not followed
     NOT_IN_LABELS = scan.NOT_IN_LABELS      # in the folder, not in the labels CSV
+    NOT_IN_JSONL = scan.NOT_IN_JSONL        # in the folder, not in the JSON Lines labels file
     MISSING = scan.MISSING                  # in the labels CSV, not in the folder
     NO_CLASS = scan.NO_CLASS                # an image beside the class folders
 
@@ -136,3 +137,14 @@ def read_error_report(path: str) -> list[Skip]:
     with open(path, newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
     return [Skip.from_row(r) for r in rows[1:]]
+
+
+def nothing_packed(root: str, found: int, skipped: list[Skip]) -> str:
+    """The message of a pack that packed none of the ``found`` files under ``root``."""
+    counts: dict[str, int] = {}
+    for s in skipped:
+        counts[s.reason.value] = counts.get(s.reason.value, 0) + 1
+    reasons = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
+    first = skipped[0] if skipped else None
+    where = f"; first: {first.path}: {first.reason.value}: {first.detail}" if first else ""
+    return f"{root}: none of the {found} image files could be packed ({reasons}){where}; nothing written"

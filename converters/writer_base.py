@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from .journal import JournalEntry
 
 PARTIAL_SUFFIX = ".partial"
+HDF5_STAGING_SUFFIXES = (".images", ".journal")   # OUT.partial + each: an HDF5 pack's staged bytes, journal
 
 
 class ChunkLost(Exception):

@@ -96,22 +96,34 @@ def random_resized_crop(heights, widths, u: np.ndarray, scale=(0.08, 1.0),
 
 
 def center_crop(heights, widths, size: tuple[int, int], crop_fraction: float = 0.875) -> np.ndarray:
-    """Boxes equal to torchvision's Resize(int(min(size) / crop_fraction)) + CenterCrop(size),
-    expressed in source pixels. Returns int64 boxes (top, left, height, width)."""
+    """The source region that torchvision's Resize(int(min(size) / crop_fraction)) +
+    CenterCrop(size) shows, in source pixels: float64 boxes (top, left, height, width) whose
+    edges fall between pixels. Its arithmetic, exactly: the shorter side resized to R, the
+    longer to int(R * long / short); the crop's corner at round((resized - size) / 2) resized
+    pixels (round half to even); one resized pixel is source / resized source pixels on each
+    axis. Where the crop is larger than the resized image (a non-square size; torchvision pads
+    with zeros) it keeps that axis whole. An empty record (0 x 0) gets an empty box."""
     H = np.asarray(heights, dtype=np.int64)
     W = np.asarray(widths, dtype=np.int64)
-    resized_short = int(min(size) / crop_fraction)
-    # source -> resized; an empty record (0 x 0: an empty file in a folder) gets an empty box, no warning
-    factor = resized_short / np.maximum(np.minimum(H, W), 1)
-    bh = np.minimum(H, np.round(size[0] / factor)).astype(np.int64)
-    bw = np.minimum(W, np.round(size[1] / factor)).astype(np.int64)
-    top = np.round((H - bh) / 2.0).astype(np.int64)
-    left = np.round((W - bw) / 2.0).astype(np.int64)
-    return np.stack([top, left, bh, bw], axis=1)
+    resized = int(min(size) / crop_fraction)
+    short = np.maximum(np.minimum(H, W), 1)
+    longer = np.floor((resized * np.maximum(H, W)) / short).astype(np.int64)   # Python's int(R * long / short)
+    new_h = np.where(W <= H, longer, resized)
+    new_w = np.where(W <= H, resized, longer)
+    empty = (H <= 0) | (W <= 0)
+    boxes = []
+    for source, new, out in ((H, new_h, size[0]), (W, new_w, size[1])):
+        crop = np.minimum(out, new)
+        corner = np.round((new - crop) / 2.0)
+        pixel = source / np.maximum(new, 1)   # source pixels per resized pixel
+        boxes += [corner * pixel, crop * pixel]
+    top, height, left, width = boxes
+    return np.where(empty[:, None], 0.0, np.stack([top, left, height, width], axis=1))
 
 
 def plan(spec: AugmentSpec, seed: int, epoch: int, indices, heights, widths):
-    """Boxes (n, 4) and flips (n,) for the samples ``indices`` of ``epoch``."""
+    """Boxes (n, 4) and flips (n,) for the samples ``indices`` of ``epoch``: int64 boxes on whole
+    pixels in training (RandomResizedCrop's), float64 ones in evaluation (`center_crop`)."""
     if not spec.train:
         boxes = center_crop(heights, widths, spec.size, spec.crop_fraction)
         return boxes, np.zeros(len(boxes), dtype=bool)

@@ -126,10 +126,10 @@ class LoaderConfig:
     order: Order = Order.SEQUENTIAL
     drop_last: bool = False
     seed: int = 0
-    num_threads: int = 1
+    num_workers: int = 1        # the CPU engine's worker processes (or threads); DALI's and nvImageCodec's threads
     prefetch: int = 2
     engine: Engine = Engine.THREADS
-    decoder: str | None = "nvimgcodec"   # the thread engine's decoder (its registered name); None otherwise
+    decoder: str | None = "nvimgcodec"   # the CPU engine's decoder (its registered name); None otherwise
     on_error: OnError = OnError.RAISE
     augment: AugmentSpec = AugmentSpec()
     output: OutputSpec = OutputSpec()
@@ -141,6 +141,7 @@ class LoaderConfig:
     transforms: TransformSpec = TransformSpec()
     size_schedule: SizeSchedule | None = None   # size per epoch; augment.size is epoch 0's
     timeout: float = 0.0        # seconds the workers may take to answer for the due batch; 0: forever
+    region_decode: bool | None = None   # GPU engines: decode only the crop's region (None: where known safe)
 
     def spec_at(self, epoch: int) -> AugmentSpec:
         """The crop and flip of ``epoch``: ``augment`` at the schedule's size for that epoch."""
@@ -148,13 +149,11 @@ class LoaderConfig:
             return self.augment
         return replace(self.augment, size=self.size_schedule.at(epoch))
 
-    def at_largest_size(self) -> "LoaderConfig":
-        """This config at the largest size its schedule reaches, when the schedule can say
-        (``sizes()``, as ProgressiveSize has): what the memory check must allow for."""
+    def largest_size(self) -> tuple[int, int]:
+        """The largest size the size schedule reaches, when it can say (``sizes()``, as
+        ProgressiveSize has), else ``augment.size``: what the memory check must allow for."""
         sizes = self.size_schedule.known_sizes() if self.size_schedule is not None else None
-        if not sizes:
-            return self
-        return replace(self, augment=replace(self.augment, size=max(sizes, key=lambda s: s[0] * s[1])))
+        return max(sizes, key=lambda s: s[0] * s[1]) if sizes else self.augment.size
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the fields once, here
@@ -164,10 +163,10 @@ class LoaderConfig:
         if self.engine is Engine.AUTO:
             raise ValueError("LoaderConfig takes a resolved engine (threads, dali or gpu), not 'auto'")
         if (self.engine in (Engine.THREADS, Engine.PROCESSES)) != isinstance(self.decoder, str):
-            raise ValueError(f"engine={self.engine.value!r} with decoder={self.decoder!r}: the thread engine "
+            raise ValueError(f"engine={self.engine.value!r} with decoder={self.decoder!r}: the CPU engine "
                              "names its decoder, dali and gpu have none")
         set_(self, "output", replace(self.output, device=resolve_device(self.output.device)))
-        for name in ("batch_size", "num_threads"):
+        for name in ("batch_size", "num_workers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -203,22 +202,6 @@ def usable_cores() -> int:
 
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def resolve_device(device) -> str:

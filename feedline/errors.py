@@ -23,14 +23,15 @@ class ChecksumError(StoreError):
     file changed on disk (bad sector, bit rot, a partial copy). Carries the file, the
     record's index and its source path."""
 
-    def __init__(self, message: str, filename: str, index: int, path: str):
+    def __init__(self, message: str, filename: str, index: int, path: str, detail: str | None = None):
         super().__init__(message)
         self.filename = filename
         self.index = index
         self.path = path
+        self.detail = detail    # what was stored and what was read, for a message that names the record itself
 
     def __reduce__(self):  # picklable with its fields, e.g. across a process pool
-        return type(self), (str(self), self.filename, self.index, self.path), self.__dict__
+        return type(self), (str(self), self.filename, self.index, self.path, self.detail), self.__dict__
 
 
 class PackError(FeedlineError):
@@ -56,7 +57,19 @@ class BackendUnavailable(FeedlineError):
 
 
 class WorkerError(FeedlineError):
-    """A worker process died, or went past the loader's ``timeout``: its number, pid, how it
-    ended and the record it held; ``signum``, the signal that ended it (None otherwise)."""
+    """A worker died, or went past the loader's ``timeout``: its number, pid, how it ended
+    and the record it held; ``signum``, the signal that ended it (None otherwise)."""
 
-    signum: int | None = None
+    def __init__(self, message: str, signum: int | None = None):
+        super().__init__(message)
+        self.signum = signum
+
+
+class WorkerRaised(FeedlineError):
+    """An exception raised in a worker process whose type cannot be rebuilt here (its
+    ``__init__`` takes other arguments than it pickles, say): ``type_name`` names that type,
+    the message is its own, and a note carries the worker's traceback."""
+
+    def __init__(self, message: str, type_name: str = ""):
+        super().__init__(message)
+        self.type_name = type_name

@@ -1,9 +1,11 @@
 """How FeedLoader's keywords become a LoaderConfig's specs: each option group given one way
-(the spec, or its loose keywords), DataLoader's keywords mapped, and the keywords that moved
-into a spec refused with a TypeError that says where they went (kept for one release)."""
+(the spec, or its loose keywords), DataLoader's keywords mapped or answered with feedline's
+way, the keywords that moved into a spec refused with a TypeError that says where they went
+(kept for one release), and per-sample callables checked for feedline's ``fn(image, rng)``."""
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from dataclasses import replace
 import warnings
@@ -30,18 +32,84 @@ MOVED = {
     "num_threads": "num_workers=... (the decode threads, or 'auto')",
 }
 
+# DataLoader's keywords that FeedLoader does not take -> feedline's way of doing what they do
+DATALOADER_ONLY = {
+    "sampler": "FeedLoader plans the order itself: shuffle=True, or order='random', 'quasi-random' or "
+               "'shards'; under torch.distributed each rank reads its own share (DistributedSampler's job)",
+    "batch_sampler": "FeedLoader makes the batches itself: batch_size= and drop_last=",
+    "collate_fn": "batches come stacked (images N x 3 x H x W and the targets' tensors); to change a whole "
+                  "batch, pass transforms=TransformSpec(batch_transforms=[fn(images, targets) -> (images, "
+                  "targets)])",
+    "worker_init_fn": "workers need no set-up: a per-sample transform fn(image, rng) gets its own numpy "
+                      "Generator, drawn from (seed, epoch, index)",
+    "prefetch_factor": "prefetch= (batches prepared ahead, 2 by default)",
+    "generator": "seed= (an int: the order, crops and transforms are functions of (seed, epoch, index)); "
+                 "left out, it is drawn from torch's global generator",
+    "multiprocessing_context": "engine='processes' starts its own workers (fork, or spawn once CUDA is "
+                               "initialized); engine='threads' decodes in this process",
+    "pin_memory_device": "device= (batches are delivered on it) and pin_memory=",
+    "in_order": "batches always come in order",
+}
 
-def refuses_moved_keywords(init):
-    """``init`` (FeedLoader.__init__), refusing a moved keyword with a TypeError naming its spec."""
+
+def checks_keywords(init):
+    """``init`` (FeedLoader.__init__), checking first what needs no file opened: the source's
+    kind (a torch Dataset hears "pack first" before anything else), DataLoader's keywords that
+    FeedLoader answers with its own way, the keywords that moved into a spec (a TypeError
+    naming it), and shuffled evaluation crops (a warning)."""
+    signature = inspect.signature(init)
+
     @functools.wraps(init)
     def checked(self, *args, **kwargs):
+        if args or "source" in kwargs:
+            check_source_kind(args[0] if args else kwargs["source"])
+        foreign = [k for k in kwargs if k in DATALOADER_ONLY]
+        if foreign:
+            raise TypeError(f"FeedLoader() takes no {foreign[0]}= (DataLoader's): {DATALOADER_ONLY[foreign[0]]}")
         moved = [k for k in kwargs if k in MOVED]
         if moved:
             where = "; ".join(f"{k}= is now {MOVED[k]}" for k in moved)
             raise TypeError(f"FeedLoader() no longer takes {', '.join(k + '=' for k in moved)}: {where}. "
                             "The specs: from feedline import AugmentSpec, OutputSpec, TransformSpec, OrderSpec")
+        try:
+            given = signature.bind(self, *args, **kwargs).arguments
+        except TypeError:   # Python's own message, from the call itself
+            return init(self, *args, **kwargs)
+        warn_if_evaluation_shuffled(given.get("shuffle"), given.get("order"), given.get("train", UNSET),
+                                    given.get("augment"))
         return init(self, *args, **kwargs)
     return checked
+
+
+def check_source_kind(source) -> None:
+    """A TypeError saying what FeedLoader reads when ``source`` is none of those kinds (a torch
+    Dataset, say); whether the path exists is the store's business."""
+    from .stores import Store
+    paths = isinstance(source, (list, tuple)) and source and all(isinstance(p, (str, os.PathLike)) for p in source)
+    if isinstance(source, (Store, str, os.PathLike)) or paths:
+        return
+    kind = type(source).__name__
+    hint = (" (a map-style dataset, such as a torch Dataset, is not read directly)"
+            if hasattr(source, "__getitem__") and hasattr(source, "__len__") else "")
+    raise TypeError(f"FeedLoader reads packed images: a .lmdb or .h5 file, a shard index (local or s3://), "
+                    f"a glob or list of shards, an image folder, or an open Store; got a {kind}{hint}. Pack your "
+                    "images first: `feedline pack IMAGE_FOLDER OUT.lmdb` (one folder per class, or --labels "
+                    "CSV), then FeedLoader('OUT.lmdb', ...)")
+
+
+_warned_shuffled_evaluation = False
+
+
+def warn_if_evaluation_shuffled(shuffle, order, train, augment) -> None:
+    """Shuffled, but neither ``train=`` nor ``augment=`` given: evaluation's center crops in a
+    random order, which is rarely meant. Said once per process."""
+    global _warned_shuffled_evaluation
+    order = order.order if isinstance(order, OrderSpec) else order
+    shuffles = bool(shuffle) or (isinstance(order, str) and order.lower() in (Order.RANDOM, Order.QUASI_RANDOM))
+    if shuffles and train is UNSET and augment is None and not _warned_shuffled_evaluation:
+        _warned_shuffled_evaluation = True
+        warnings.warn("shuffled evaluation crops: pass train=True for RandomResizedCrop and flip (or "
+                      "train=False to keep center crops and silence this)", stacklevel=3)
 
 
 def choose_order(shuffle: bool | None, order, remote: bool = False) -> Order:
@@ -119,8 +187,32 @@ def augment_spec(augment: AugmentSpec | None, **loose) -> AugmentSpec:
     (LoaderConfig.spec_at gives the others)."""
     return _one_way("augment", AugmentSpec, augment, {k: v for k, v in loose.items() if v is not UNSET})
 def transform_spec(transforms) -> TransformSpec:
-    """``transforms=TransformSpec(...)``, or one from a list of per-sample transforms."""
-    return transforms if isinstance(transforms, TransformSpec) else TransformSpec(transforms)
+    """``transforms=TransformSpec(...)``, or one from a list of per-sample transforms; every
+    callable checked to take the two arguments feedline passes."""
+    spec = transforms if isinstance(transforms, TransformSpec) else TransformSpec(transforms)
+    for name, items, call in (("transforms", spec.transforms, "fn(image, rng): image a uint8 H x W x 3 numpy "
+                               "array, rng a numpy Generator for its random draws, returning the image"),
+                              ("batch_transforms", spec.batch_transforms, "fn(images, targets) -> (images, targets)")):
+        for i, item in enumerate(items):
+            if callable(item) and not type(item).__module__.startswith("feedline.") and not takes_two_arguments(item):
+                what = getattr(item, "__qualname__", type(item).__name__)
+                raise TypeError(f"{name}[{i}] ({what}) cannot take two arguments (a torchvision-style transform "
+                                f"takes one); feedline calls each of {name} as {call}. Wrap it, e.g. "
+                                f"lambda image, rng: ..., and draw its randomness from rng")
+    return spec
+
+
+def takes_two_arguments(fn) -> bool:
+    """Whether ``fn(a, b)`` binds; True when the signature cannot be read (a builtin)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return True
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        return False
+    return True
 def order_spec(order) -> OrderSpec:
     """``order=OrderSpec(...)``, or one from an order's name (or None: ``shuffle`` decides)."""
     return order if isinstance(order, OrderSpec) else OrderSpec(order)

@@ -10,7 +10,7 @@ import logging
 import os
 import time
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Iterator
 
 import torch
@@ -19,11 +19,13 @@ from .augment import AugmentSpec
 from .choices import Engine, Order
 from .config import UNSET, LoaderConfig, OrderSpec, OutputSpec, TransformSpec, distributed_position
 from .decoders.base import Decoder
-from .keywords import (augment_spec, choose_order, choose_pinning, choose_threads, order_spec, output_spec,
-                       refuses_moved_keywords, transform_spec)
-from .memory import check_buffers_fit
+from .keywords import (augment_spec, check_source_kind, checks_keywords, choose_order, choose_pinning, choose_threads,
+                       order_spec, output_spec, transform_spec)
+from .loader_surface import DataLoaderSurface
 from .order import batch_count
 from .plan import EpochPlan
+from .position import Position, resume_position, state_of
+from .seeds import loader_seed
 from .selection import resolve_engine_and_decoder
 from .size_schedule import schedule_of
 from .sources import make_source
@@ -32,19 +34,7 @@ from .stores import Store, is_remote, open_dataset, shard_counts, will_visit
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 2
-_KNOWN_STATES = (1, 2)  # version 1 said shuffle=True/False where version 2 says order
-
-
-@dataclass(frozen=True)
-class Position:
-    """Where a loader stands: batches ``0 .. batch - 1`` of ``epoch`` are delivered."""
-
-    epoch: int = 0
-    batch: int = 0
-
-
-class FeedLoader:
+class FeedLoader(DataLoaderSurface):
     """Yields ``(images, labels)``: images N x 3 x H x W, normalized with ``mean``/``std``
     (uint8 when ``mean=None``), in ``dtype`` and channels_last memory, on ``device``;
     labels int64 on ``device`` (a store with other fields: that field's tensor or a dict; README "Targets").
@@ -62,53 +52,46 @@ class FeedLoader:
     agree with it. ``num_workers``: the decode threads or worker processes ("auto": the usable
     cores split over torchrun's ranks on this node, ``LOCAL_WORLD_SIZE``, at least one; a number is
     kept, up to the cores). ``timeout`` (engine="processes" only): seconds the due batch's workers
-    may go silent before a WorkerError names each and its record (0: forever). Order, crops and
-    flips are pure functions of (seed, epoch, index): the same batches for any thread count or
-    engine; ``state_dict()`` resumes mid-epoch exactly. One iteration runs at a time: a new
+    may go silent before a WorkerError names each and its record (0: forever). ``region_decode``
+    (gpu, dali): decode only each crop's region (None: where known safe). Order, crops and flips
+    are pure functions of (seed, epoch, index): the same batches for any worker count or engine
+    (``seed=None``: drawn from torch's global generator, as DataLoader draws its sampler's; rank
+    0's under torch.distributed); ``state_dict()`` resumes mid-epoch exactly. One iteration runs at a time: a new
     ``iter(loader)`` ends the previous one, which then raises. README: transforms, size per epoch, targets.
     """
 
-    @refuses_moved_keywords
+    @checks_keywords
     def __init__(self, source: str | os.PathLike | Store, batch_size: int = 256, shuffle: bool | None = None,
                  train: bool = UNSET, size: int | tuple[int, int] = UNSET, *, engine: str | Engine = "auto",
                  decoder: str | Decoder = "auto", augment: AugmentSpec | None = None,
                  output: OutputSpec | None = None, transforms: TransformSpec | list | tuple = (),
                  order: str | Order | OrderSpec | None = None, num_workers: int | str = "auto",
                  device: str | torch.device | None = None, dtype: torch.dtype | None = UNSET, mean=UNSET,
-                 std=UNSET, drop_last: bool = False, seed: int = 0, prefetch: int = 2, on_error: str = "raise",
-                 pin_memory: bool | None = None, persistent_workers: bool | None = None, timeout: float = 0):
-        del persistent_workers  # DataLoader's: needs nothing here, the buffers persist anyway
-        self.store = open_source(source)
-        order = order_spec(order)
+                 std=UNSET, drop_last: bool = False, seed: int | None = None, prefetch: int = 2, on_error: str = "raise",
+                 pin_memory: bool | None = None, persistent_workers: bool | None = None, timeout: float = 0,
+                 region_decode: bool | None = None):
+        del persistent_workers  # DataLoader's: needs nothing here, the workers and buffers persist anyway
+        self.store, order = open_source(source), order_spec(order)
+        chosen_order = checked_order(self.store, shuffle, order)
         rank, world_size = distributed_position(order.rank, order.world_size)
         output = output_spec(output, device, mean=mean, std=std, dtype=dtype)
         augment = augment_spec(augment, size=size if (schedule := schedule_of(size)) is None else schedule.at(0),
                                train=train)
         chosen = resolve_engine_and_decoder(engine, decoder, output.device, self.store, num_workers=num_workers)
         self.config = LoaderConfig(
-            batch_size=batch_size, order=choose_order(shuffle, order.order, is_remote(self.store)), drop_last=drop_last, seed=seed,
-            num_threads=choose_threads(num_workers), prefetch=prefetch, engine=chosen.engine,
+            batch_size=batch_size, order=chosen_order, drop_last=drop_last, seed=loader_seed(seed, world_size, chosen_order),
+            num_workers=choose_threads(num_workers), prefetch=prefetch, engine=chosen.engine,
             decoder=chosen.decoder_name, on_error=on_error, output=output, rank=rank, world_size=world_size,
             even_shards=order.even_shards, quasi_random=order.quasi_random, pin_memory=choose_pinning(pin_memory),
-            augment=augment, size_schedule=schedule, transforms=transform_spec(transforms), timeout=timeout)
-        if self.config.order is Order.QUASI_RANDOM:
-            warn_if_class_sorted(self.store, self.config.quasi_random)
-        check_buffers_fit(self.config.at_largest_size())
-        self.source = make_source(self.store, self.config, chosen.decoder)
+            augment=augment, size_schedule=schedule, transforms=transform_spec(transforms), timeout=timeout,
+            region_decode=region_decode)
+        self._decoder, self._seed_drawn = chosen.decoder, seed is None   # a drawn seed gives way to a saved one
+        self.source = make_source(self.store, self.config, self._decoder)
         self.stats = LoaderStats()
         self._position, self._started = Position(), False  # _started: this epoch delivered a batch
         self._active = None  # the running iterator, held weakly; ended on close() or a new iteration
-        self.sampler = EpochSetter(self.set_epoch)  # Lightning calls loader.sampler.set_epoch(epoch)
 
-    # -- DataLoader-like surface -----------------------------------------------------
-    @property
-    def dataset(self) -> Store:
-        return self.store
-
-    @property
-    def batch_size(self) -> int:
-        return self.config.batch_size
-
+    # -- DataLoader-like surface (and DataLoaderSurface) ----------------------------------
     @property
     def samples_per_rank(self) -> int:
         n, c = len(self.store), self.config
@@ -160,15 +143,22 @@ class FeedLoader:
 
     # -- resume ----------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Where the loader stands: loading it makes the next iteration yield exactly the
-        batches an uninterrupted run would have yielded next."""
-        return {"version": STATE_VERSION, "epoch": self._position.epoch, "batch": self._position.batch,
-                **fingerprint(self.config, len(self.store))}
+        """Where the loader stands: loaded, the next batches are those an uninterrupted run yields."""
+        return state_of(self.config, len(self.store), self._position)
 
-    def load_state_dict(self, state: dict) -> None:
-        position = position_from_state(state, fingerprint(self.config, len(self.store)))
+    def load_state_dict(self, state: dict | list[dict]) -> None:
+        """One rank's state (same world_size, batch_size), or every rank's: any topology (position.py)."""
+        position, seed = resume_position(state, self.config, len(self.store), self._seed_drawn)
         self._close_active("load_state_dict() moved the loader")
+        if seed != self.config.seed:   # the source holds the seed: built again with the saved one
+            self.source.close()
+            self.config = replace(self.config, seed=seed)
+            self.source = make_source(self.store, self.config, self._decoder)
         self._position, self._started = position, False
+
+    def batches_left(self) -> int:
+        """Batches left where the loader stands (after load_state_dict: what the next iteration yields)."""
+        return plan_epoch(self.store, self.config, self._position, hint=False).count(len(self.store)) - self._position.batch
 
     # -- lifetime --------------------------------------------------------------------
     def _close_active(self, why: str = "a second iter(loader) started a new iteration") -> None:
@@ -193,24 +183,17 @@ class FeedLoader:
         c = self.config
         decoder = f", decoder={c.decoder!r}" if c.decoder is not None else ""
         return (f"FeedLoader({self.store.filename!r}, batch_size={c.batch_size}, engine={c.engine.value!r}"
-                f"{decoder}, threads={c.num_threads}, device={c.output.device!r}, {len(self)} batches/epoch)")
+                f"{decoder}, workers={c.num_workers}, device={c.output.device!r}, {len(self)} batches/epoch)")
 
 
-def plan_epoch(store: Store, c: LoaderConfig, position: Position) -> EpochPlan:
-    """The plan of ``position``'s epoch. The store hears which records come next: a remote
-    store fetches their shards ahead."""
+def plan_epoch(store: Store, c: LoaderConfig, position: Position, hint: bool = True) -> EpochPlan:
+    """The plan of ``position``'s epoch. The store hears which records come next (``hint``):
+    a remote store fetches their shards ahead."""
     epoch = EpochPlan(c.spec_at(position.epoch), c.seed, position.epoch, c.order, c.batch_size, c.drop_last,
-                      c.rank, c.world_size, c.even_shards, *c.quasi_random, shard_counts(store))
-    if is_remote(store):   # the samples cost a permutation: computed for the stores that use them
+                      c.rank, c.world_size, c.even_shards, *c.quasi_random, shard_counts(store), position.resumed)
+    if hint and is_remote(store):   # the samples cost a permutation: computed for the stores that use them
         will_visit(store, epoch.samples(len(store))[position.batch * c.batch_size:])
     return epoch
-
-
-@dataclass(frozen=True)
-class EpochSetter:
-    """``FeedLoader.sampler``: a sampler's ``set_epoch``, the loader's own."""
-
-    set_epoch: object
 
 
 class EpochIterator:
@@ -240,45 +223,20 @@ class EpochIterator:
 def open_source(source) -> Store:
     """The store FeedLoader reads; a TypeError that says what it takes for anything else, a
     ValueError for an empty one."""
-    paths = isinstance(source, (list, tuple)) and source and all(isinstance(p, (str, os.PathLike)) for p in source)
-    if isinstance(source, (Store, str, os.PathLike)) or paths:
-        store = source if isinstance(source, Store) else open_dataset(source)
-        if len(store) == 0:
-            raise ValueError(f"{store.filename}: the data set is empty")
-        return store
-    kind = type(source).__name__
-    hint = (" (a map-style dataset, such as a torch Dataset, is not read directly)"
-            if hasattr(source, "__getitem__") and hasattr(source, "__len__") else "")
-    raise TypeError(f"FeedLoader reads packed images: a .lmdb or .h5 file, a shard index (local or s3://), "
-                    f"a glob or list of shards, an image folder, or an open Store; got a {kind}{hint}. Pack your images first: "
-                    "`feedline pack IMAGE_FOLDER OUT.lmdb` (one folder per class, or --labels CSV), then "
-                    "FeedLoader('OUT.lmdb', ...)")
+    check_source_kind(source)
+    store = source if isinstance(source, Store) else open_dataset(source)
+    if len(store) == 0:
+        raise ValueError(f"{store.filename}: the data set is empty")
+    return store
 
 
-def fingerprint(config: LoaderConfig, samples: int) -> dict:
-    """What must match for a saved position to mean the same batches."""
-    c = config
-    return {"seed": c.seed, "order": c.order.value, "batch_size": c.batch_size, "drop_last": c.drop_last,
-            "world_size": c.world_size, "even_shards": c.even_shards, "quasi_random": list(c.quasi_random),
-            "samples": samples}
-
-
-def position_from_state(state: dict, expected: dict) -> Position:
-    """The Position a saved loader state holds, once its version and fingerprint check out."""
-    version = state.get("version")
-    if version not in _KNOWN_STATES:
-        raise ValueError(f"cannot resume: the loader state has version {version!r}; this feedline "
-                         f"reads versions {', '.join(map(str, _KNOWN_STATES))} (it writes {STATE_VERSION}). "
-                         "Resume with the feedline that saved it, or start the epoch afresh")
-    if version == 1:  # shuffle: bool where version 2 has order; drop_last and even_shards as now
-        state = {**state, "order": (Order.RANDOM if state.get("shuffle") else Order.SEQUENTIAL).value,
-                 "drop_last": expected["drop_last"], "even_shards": True,
-                 "quasi_random": expected["quasi_random"]}
-    for key, value in expected.items():
-        if state.get(key) != value:
-            raise ValueError(f"cannot resume: the saved loader had {key}={state.get(key)!r}, "
-                             f"this one has {value!r}")
-    return Position(int(state["epoch"]), int(state["batch"]))
+def checked_order(store: Store, shuffle: bool | None, order: OrderSpec) -> Order:
+    """The order of DataLoader's ``shuffle`` and ``order`` (keywords.choose_order), with a
+    warning for a quasi-random order over a store packed class by class."""
+    chosen = choose_order(shuffle, order.order, is_remote(store))
+    if chosen is Order.QUASI_RANDOM:
+        warn_if_class_sorted(store, order.quasi_random)
+    return chosen
 
 
 def warn_if_class_sorted(store, quasi_random: tuple[int, int]) -> None:

@@ -33,6 +33,7 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", "
 SYMLINK_LOOP = "symlink-loop"           # a folder link to a folder on its own path
 SYMLINK_REPEAT = "symlink-repeat"       # a folder link to a folder the walk reaches anyway
 NOT_IN_LABELS = "not-in-labels-csv"     # an image in the folder that the labels CSV does not list
+NOT_IN_JSONL = "not-in-labels-jsonl"    # an image in the folder that the JSON Lines labels file does not list
 MISSING = "missing"                     # a labels CSV row whose file does not exist
 NO_CLASS = "no-class"                   # an image beside the class folders: in no class
 
@@ -170,7 +171,8 @@ def _class_dirs(root: str) -> list[str]:
 
 
 def scan_folder(root: str, labels_csv: str | None = None) -> ScanResult:
-    """Scan an image folder; FeedlineError when it is missing or holds no images."""
+    """Scan an image folder; FeedlineError when it is missing or holds no images. What it does
+    not hand on is in ``problems`` (see `log_problems`)."""
     root = os.path.abspath(root)
     if not os.path.isdir(root):
         if os.path.exists(root):
@@ -183,7 +185,6 @@ def scan_folder(root: str, labels_csv: str | None = None) -> ScanResult:
         result = _scan_classes(root)
     if not result.paths:
         raise FeedlineError(f"{root}: no images found (looked for {', '.join(IMAGE_EXTENSIONS)})")
-    _log_problems(root, result.problems)
     return result
 
 
@@ -242,7 +243,8 @@ def _scan_with_csv(root: str, labels_file: str) -> ScanResult:
         else:
             problems.append(Unscanned(rel, MISSING, f"listed in {name} ({table.unit} {table.rows[rel]}), but "
                                       "there is no such file in the folder"))
-    problems += [Unscanned(rel, NOT_IN_LABELS, f"in the folder, but {name} gives it no label; not packed")
+    unlisted = NOT_IN_LABELS if table.unit == "row" else NOT_IN_JSONL
+    problems += [Unscanned(rel, unlisted, f"in the folder, but {name} has no {table.unit} for it; not packed")
                  for rel in images if rel not in table.rows]
     places = [table.position[p] for p in paths]
     return ScanResult(root, paths, [table.labels[k] for k in places], table.classes, problems,
@@ -251,11 +253,13 @@ def _scan_with_csv(root: str, labels_file: str) -> ScanResult:
                       rows={rel: f"{table.unit} {line}" for rel, line in table.rows.items()})
 
 
-def _log_problems(root: str, problems: list[Unscanned]) -> None:
+def log_problems(root: str, problems: list[Unscanned]) -> None:
+    """One warning per reason for what a scan will not hand on: for readers of a folder (a
+    FolderStore); a pack reports them itself, once, in its summary and OUT.errors.csv."""
     by_reason: dict[str, list[str]] = {}
     for p in problems:
         by_reason.setdefault(p.reason, []).append(p.path)
     for reason, paths in by_reason.items():
         shown = ", ".join(paths[:3]) + (", ..." if len(paths) > 3 else "")
-        log.warning("%s: %d %s (%s) not packed: %s", root, len(paths),
+        log.warning("%s: %d %s (%s) left out: %s", root, len(paths),
                     "folder link(s)" if reason.startswith("symlink") else "file(s)", reason, shown)

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fields import (FIELD_COLUMNS, FIELD_NAMES, LABEL_ONLY, TARGET_DTYPES, Field, FieldsError, Geometry,
+from .fields import (FIELD_COLUMNS, FIELD_NAMES, KINDS, LABEL_ONLY, TARGET_DTYPES, Field, FieldsError, Geometry,
                      check_fields, field_objects, segments)
 from .format import COLUMN_NAMES
 
-__all__ = ["FIELD_COLUMNS", "FIELD_NAMES", "LABEL_ONLY", "TARGET_DTYPES", "FieldsError", "TargetColumns",
+__all__ = ["FIELD_COLUMNS", "FIELD_NAMES", "LABEL_ONLY", "TARGET_DTYPES", "FieldsError", "TargetColumns", "with_options",
            "check_fields", "segments"]
 
 
@@ -97,6 +97,22 @@ class TargetColumns:
             changed += n
         return (self, 0) if not changed else (self._with(arrays, self.count), changed)
 
+    def oriented(self, orientations, sizes) -> "TargetColumns":
+        """The columns with the values in pixels of records turned by their EXIF orientation at
+        pack time (``orientations``: 1..8 per record) moved from the stored frame into the
+        displayed one (``sizes``: the turned images' (height, width) per record)."""
+        if not np.any(np.asarray(orientations) != 1):
+            return self
+        arrays = dict(self.arrays)
+        for f in self.kinds.values():
+            arrays = f.orient(arrays, self.count, orientations, sizes)
+        return self._with(arrays, self.count)
+
+    def annotated(self) -> np.ndarray:
+        """Per record: whether it holds any value in pixels (a box, a labelled keypoint)."""
+        marks = [m for f in self.kinds.values() if (m := f.annotated(self.arrays, self.count)) is not None]
+        return np.logical_or.reduce(marks) if marks else np.zeros(self.count, dtype=bool)
+
     # -- one record ------------------------------------------------------------------------------
 
     def record(self, i: int) -> dict:
@@ -131,10 +147,13 @@ class TargetColumns:
         """Per field: what ``feedline info`` shows (labels and boxes per image, target ranges, classes used)."""
         return {name: f.stats(self.arrays, self.count) for name, f in self.kinds.items()}
 
-    def problems(self, sizes) -> list[tuple[int, str]]:
+    def problems(self, sizes, frame: str = "") -> list[tuple[int, str]]:
         """(record, problem) for every value wrong, ordered by record (``sizes``: (height, width)
-        per record, None or -1 when unknown)."""
-        found = [p for f in self.kinds.values() for p in f.problems(self.arrays, self.count, sizes)]
+        per record, None or -1 when unknown; ``frame``: words after "outside its WxH image" that
+        say which pixels the values are in)."""
+        found = [p for f in self.kinds.values()
+                 for p in (f.problems(self.arrays, self.count, sizes, frame) if f.in_pixels
+                           else f.problems(self.arrays, self.count, sizes))]
         return sorted(found, key=lambda p: p[0])
 
     def naming_no_class(self) -> int:
@@ -156,3 +175,15 @@ class TargetColumns:
         named = np.unique(np.asarray(owner)[valid] * k + classes[valid]) % k
         return np.bincount(named, minlength=f.num_classes)
 
+
+def with_options(columns: TargetColumns, **values) -> TargetColumns:
+    """``columns`` with spec values set on the field that takes them (``flip_pairs``: the
+    keypoints'); FieldsError when no field does, or a value does not fit its field."""
+    fields = {name: dict(spec) for name, spec in columns.fields.items()}
+    for key, value in values.items():
+        takers = [name for name, f in columns.kinds.items() if key in f.optional_keys]
+        if not takers:
+            kinds = [k.name for k in KINDS.values() if key in k.optional_keys]
+            raise FieldsError(f"the labels have no {' or '.join(kinds)} to take {key}")
+        fields[takers[0]][key] = value
+    return TargetColumns(fields, columns.arrays, columns.count, columns.class_lists)

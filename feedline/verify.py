@@ -189,7 +189,8 @@ def _label_problems(store: Store) -> list[Problem]:
     """Each field's own check (`feedline.fields`): classes in their field's list, targets finite,
     boxes with an area inside their image, keypoints labelled inside it."""
     sizes = None if store.kind == "folder" else store.sizes   # a folder's sizes cost a read of every header
-    return [Problem(i, store.path(i), text) for i, text in store.target_columns.problems(sizes)]
+    frame = " as packed (turned by its EXIF orientation, if it had one)"   # the frame the stored values are in
+    return [Problem(i, store.path(i), text) for i, text in store.target_columns.problems(sizes, frame)]
 
 
 @dataclass

@@ -41,7 +41,7 @@ def main(path: str, out: str) -> None:
     rank = dist.get_rank()
     result = {engine: epochs(path, engine) for engine in ("threads", "processes")}
     with FeedLoader(path, engine="threads", **{**OPTIONS, "num_workers": "auto"}) as auto:
-        result["auto_workers"] = auto.config.num_threads
+        result["auto_workers"] = auto.config.num_workers
         result["position"] = (auto.config.rank, auto.config.world_size)
     result["local_world_size"] = os.environ.get("LOCAL_WORLD_SIZE")
     torch.save(result, os.path.join(out, f"rank-{rank}.pt"))

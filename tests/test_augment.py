@@ -106,13 +106,14 @@ def test_sizes_as_stores_keep_them_int32_even_for_the_largest_jpeg():
 
 @pytest.mark.parametrize("spec", [AugmentSpec(train=True), AugmentSpec(flip=False, train=True), AugmentSpec(train=False)],
                          ids=["train", "no-flip", "eval"])
-def test_plans_are_int64_boxes_and_bool_flips(spec):
-    """The documented types, which the decode threads and DALI index and branch on."""
+def test_plans_are_int64_or_float64_boxes_and_bool_flips(spec):
+    """The documented types, which the decoders branch on: a crop of ints is cut out, then
+    resized (training); a region of floats is resampled from the image around it (evaluation)."""
     boxes, flips = plan(spec, 0, 0, [0, 1, 2], np.array([300, 40, 7], dtype=np.int32),
                         np.array([200, 90, 7], dtype=np.int32))
-    assert boxes.dtype == np.int64 and boxes.shape == (3, 4)
+    assert boxes.dtype == (np.int64 if spec.train else np.float64) and boxes.shape == (3, 4)
     assert flips.dtype == np.bool_ and flips.shape == (3,)
-    assert center_crop([300], [200], (32, 32)).dtype == np.int64
+    assert center_crop([300], [200], (32, 32)).dtype == np.float64
 
 
 def test_random_resized_crop_fallback_for_extreme_shapes():
@@ -231,10 +232,9 @@ EVAL_SHAPES = [(375, 500), (500, 375), (224, 224), (256, 256), (300, 1200), (120
 
 @pytest.mark.parametrize("size,crop_fraction", [((224, 224), 0.875), ((32, 32), 1.0), ((160, 160), 0.95),
                                                 ((64, 48), 0.75), ((48, 64), 0.75), ((50, 50), 0.5)])
-def test_eval_boxes_show_what_torchvision_resize_and_center_crop_show(size, crop_fraction):
-    """The source region torchvision shows, mapped back to source pixels, equals feedline's
-    box up to one resized pixel plus one source pixel (feedline rounds in source pixels,
-    torchvision in resized ones)."""
+def test_eval_boxes_are_the_region_torchvision_resize_and_center_crop_show(size, crop_fraction):
+    """The source region torchvision shows, mapped back to source pixels, is feedline's box
+    (to float rounding); where torchvision would pad, the box keeps that axis whole."""
     H = np.array([h for h, _ in EVAL_SHAPES])
     W = np.array([w for _, w in EVAL_SHAPES])
     boxes = center_crop(H, W, size, crop_fraction)
@@ -242,28 +242,32 @@ def test_eval_boxes_show_what_torchvision_resize_and_center_crop_show(size, crop
     for (h, w), box in zip(EVAL_SHAPES, boxes.tolist()):
         region = oracles.eval_region(h, w, size, crop_fraction)
         if region is None:  # torchvision would pad: feedline keeps the whole extent instead
-            assert box[2] <= h and box[3] <= w
+            assert (box[0] == 0 and box[2] == pytest.approx(h)) or (box[1] == 0 and box[3] == pytest.approx(w))
             continue
-        (top, left, bh, bw), (sy, sx) = region
-        assert abs(box[0] - top) <= sy + 1 and abs(box[2] - bh) <= sy + 1, (h, w, box, region)
-        assert abs(box[1] - left) <= sx + 1 and abs(box[3] - bw) <= sx + 1, (h, w, box, region)
-        # centered: the margins on either side differ by at most one pixel
-        assert abs((h - box[0] - box[2]) - box[0]) <= 1 and abs((w - box[1] - box[3]) - box[1]) <= 1
+        assert box == pytest.approx(list(region[0]), rel=1e-12, abs=1e-9), (h, w)
         checked += 1
     assert checked >= len(EVAL_SHAPES) - 4
 
 
 def test_eval_geometry_worked_example():
-    # torchvision: Resize(256) on 375x500 -> 256x341, CenterCrop(224): top 16, left 58 (in resized
-    # pixels) -> a 328-pixel square in source pixels, centered.
+    # torchvision: Resize(256) on 375x500 -> 256x341 (int(256 * 500 / 375) = int(341.33)),
+    # CenterCrop(224): top round(32 / 2) = 16, left round(117 / 2) = 58 (half to even), in resized
+    # pixels; one resized pixel is 375 / 256 = 1.46484375 source pixels high, 500 / 341 wide.
     assert oracles.eval_geometry(375, 500, (224, 224), 0.875) == ((256, 341), (16, 58, 224, 224))
     box = center_crop([375], [500], (224, 224), 0.875)[0]
-    assert tuple(box) == (24, 86, 328, 328)
+    assert box.tolist() == pytest.approx([16 * 375 / 256, 58 * 500 / 341, 224 * 375 / 256, 224 * 500 / 341])
     boxes, flips = plan(AugmentSpec(train=False), 0, 0, [0, 1], [500, 224], [375, 224])
-    assert tuple(boxes[0]) == (86, 24, 328, 328) and tuple(boxes[1]) == (14, 14, 196, 196)
+    assert boxes[0].tolist() == pytest.approx([58 * 500 / 341, 16 * 375 / 256, 224 * 500 / 341, 224 * 375 / 256])
+    # 224x224 -> 256x256, crop at 16: 14 source pixels in, 196 across
+    assert boxes[1].tolist() == pytest.approx([14, 14, 196, 196])
     assert not flips.any()
-    # a non-square output: 64 high, 48 wide from a 300x400 image resized to 64x85
-    assert tuple(center_crop([300], [400], (64, 48), 0.75)[0]) == (0, 88, 300, 225)
+    # a non-square output: 64 high, 48 wide from a 300x400 image resized to 64x85 (int(64 * 400 / 300)),
+    # the crop's left at round(37 / 2) = 18 resized pixels of 400 / 85 source pixels
+    assert center_crop([300], [400], (64, 48), 0.75)[0].tolist() == pytest.approx(
+        [0, 18 * 400 / 85, 300, 48 * 400 / 85])
+    # 450 -> 256 x int(256 * 451 / 450) = 256; 451 wide: (256 - 224) / 2 = 16 on both axes, and
+    # a 301 x 257 image: 256 x int(256 * 301 / 257) = 299, left round(75 / 2) = 38 (half to even)
+    assert center_crop([257], [301], (224, 224))[0][1] == pytest.approx(38 * 301 / 299)
 
 
 def test_eval_ignores_seed_epoch_index_and_never_flips():

@@ -138,18 +138,30 @@ def test_loader_bench_quick(tiny_folder, tmp_path):
 
 
 def test_augment_bench_quick(tiny_folder, tmp_path):
-    """Every row runs, FeedLoader's recipe row included; the ratios are the printed quotients."""
+    """Every row runs (each part of the recipe alone and all together, for both loaders), every
+    op has a CPU time; the ratios are the printed quotients."""
     out = tmp_path / "augment.json"
     stdout = run_script("augment", str(tiny_folder), "--quick", "--batch-size", "4", "--seconds", "0.2",
                         "--out", str(out))
     payload = load(out, "augment")
     rates = {r["name"]: r["img_s"] for r in payload["results"]}
-    assert set(rates) == {"dataloader", "dataloader+recipe", "feedloader", "feedloader+recipe", "ops:pil",
-                          "ops:feedline"}
+    parts = ("", "+randaugment", "+erasing", "+mixup", "+recipe")
+    assert set(rates) == {f"{loader}{part}" for loader in ("dataloader", "feedloader") for part in parts} | {
+        "ops:pil", "ops:feedline"}
     assert all(positive_finite(v) for v in rates.values())
-    [check] = payload["targets"]
-    assert check["passed"] is None and payload["quick"] is True
-    assert_quotient(check["measured"], rates["feedloader+recipe"], rates["dataloader+recipe"])
+    for row in payload["results"]:
+        if row["vs"]:
+            assert_quotient(row["ratio"], row["img_s"], rates[row["vs"]])
+    ops = {r["op"]: r for r in payload["ops"]}
+    for name in ("tv ShearX", "tv Equalize", "timm Rotate bicubic", "jitter hue", "erasing value=0",
+                 "whole RandAugment(2, 9)"):
+        assert positive_finite(ops[name]["feedline_ms"]), name
+    assert positive_finite(ops["tv Rotate"]["pil_ms"]) and ops["whole RandAugment(2, 9)"]["pil_ms"] is None
+    checks = {t["check"]: t for t in payload["targets"]}
+    assert set(checks) == {"feedloader+recipe over dataloader+recipe", "feedloader+recipe over feedloader"}
+    assert all(t["passed"] is None for t in checks.values()) and payload["quick"] is True
+    assert_quotient(checks["feedloader+recipe over dataloader+recipe"]["measured"], rates["feedloader+recipe"],
+                    rates["dataloader+recipe"])
     assert "targets not judged" in stdout
 
 
@@ -296,3 +308,30 @@ def test_a_rate_faster_than_decoding_allows_is_an_error():
     rows[2]["images_per_s"] = 427316.0   # the issue's FeedLoader after a drain shorter than its buffer
     with pytest.raises(ImpossibleRate, match=r"feedline: 427,316 images/s is 427x the decode floor"):
         check_possible(rows)
+
+
+def test_resize_bench_runs_and_tables_each_crop_kind(tmp_path):
+    out = tmp_path / "resize.json"
+    stdout = run_script("resize", "--quick", "--n", "2", "--size", "32", "--out", str(out))
+    assert "feedline (torchvision's)" in stdout and "OpenCV bilinear (before)" in stdout
+    rows = load(out, "resize")["results"]
+    assert {(r["what"], r["crop"]) for r in rows} == {("decode", "-"), ("feedline (torchvision's)", "eval"),
+                                                       ("OpenCV bilinear (before)", "eval"),
+                                                       ("feedline (torchvision's)", "rrc"),
+                                                       ("OpenCV bilinear (before)", "rrc")}
+    assert all(r["ms_per_image"] > 0 for r in rows)
+
+
+def test_mix_bench_runs_both_ways_for_each_mixer(tmp_path):
+    out = tmp_path / "mix.json"
+    stdout = run_script("mix", "--quick", "--out", str(out))
+    assert "whole batch (before)" in stdout and "rows (after)" in stdout
+    rows = load(out, "mix")["results"]
+    mixed = [r for r in rows if r["mixer"] != "-"]
+    assert len(mixed) == 10 and {r["way"] for r in mixed} == {"whole batch (before)", "rows (after)"}
+    assert [r["way"] for r in rows if r["mixer"] == "-"] == ["one pass (x.mul_): the floor"]
+    assert all(r["ms_min"] > 0 and r["ms_median"] >= r["ms_min"] and r["python_ms"] > 0 for r in rows)
+    assert all(0.3 <= r["lambda"] <= 0.7 for r in mixed)
+    for r in mixed:
+        before = next(b for b in mixed if b["mixer"] == r["mixer"] and b["way"] == "whole batch (before)")
+        assert r["x_before"] == ratio(r["ms_min"], before["ms_min"])

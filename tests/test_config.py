@@ -15,7 +15,8 @@ from feedline.keywords import choose_order
 
 
 def loader(path, **kw) -> FeedLoader:
-    return FeedLoader(str(path), **{"batch_size": 8, "device": "cpu", "num_workers": 1, "decoder": "opencv", **kw})
+    return FeedLoader(str(path), **{"batch_size": 8, "device": "cpu", "num_workers": 1, "decoder": "opencv", "seed": 0,
+                                    **kw})
 
 
 # -- spec objects ------------------------------------------------------------------------------
@@ -66,7 +67,7 @@ def test_the_loader_config_is_resolved():
     assert "shuffle" not in {f.name for f in dataclasses.fields(LoaderConfig)} and not hasattr(c, "shuffle")
     with pytest.raises(ValueError, match="not 'auto'"):
         LoaderConfig(engine="auto")
-    with pytest.raises(ValueError, match="the thread engine names its decoder"):
+    with pytest.raises(ValueError, match="the CPU engine names its decoder"):
         LoaderConfig(engine="dali", decoder="opencv")
 
 

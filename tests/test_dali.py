@@ -57,7 +57,7 @@ def corrupt_store(folder, tmp_path):
 
 def dali_batches(store, output=OutputSpec(), spec=AugmentSpec(size=SIZE, train=True), **kw):
     from feedline.sources import make_source
-    config = LoaderConfig(batch_size=5, order=Order.RANDOM, seed=3, num_threads=2, engine="dali", decoder=None,
+    config = LoaderConfig(batch_size=5, order=Order.RANDOM, seed=3, num_workers=2, engine="dali", decoder=None,
                           augment=spec, output=output, **kw)
     return make_source(store, config)
 
@@ -76,8 +76,10 @@ def run(dali, spec=AugmentSpec(size=SIZE, train=True), epoch=1, start=0, stats=N
 
 
 def reference(store, index, box, flip, size=SIZE) -> np.ndarray:
-    """H x W x 3 float 0..255: PIL decode, crop the plan's box, bilinear resize, mirror."""
-    top, left, h, w = (int(v) for v in box)
+    """H x W x 3 float 0..255: PIL decode, crop the plan's box (an evaluation crop's edges
+    rounded to whole pixels, as DALI cuts it), bilinear resize, mirror."""
+    top, left = round(float(box[0])), round(float(box[1]))
+    h, w = round(float(box[0] + box[2])) - top, round(float(box[1] + box[3])) - left
     with Image.open(io.BytesIO(bytes(store.read(index)))) as im:
         crop = im.convert("RGB").crop((left, top, left + w, top + h))
     out = np.asarray(crop.resize((size[1], size[0]), Image.BILINEAR), dtype=np.float32)

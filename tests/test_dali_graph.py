@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import torch
 
-from feedline.config import LoaderConfig, OutputSpec
-from feedline.sources.dali_graph import dali_dtype, dali_reason, device_id_of
+from feedline.config import OutputSpec
+from feedline.sources.dali_graph import PipelineSpec, dali_dtype, dali_reason
 
 
 def test_a_dali_error_is_cut_to_its_informative_line():
@@ -25,5 +25,4 @@ def test_dali_writes_float32_where_it_has_no_type_of_the_output():
 
 
 def test_the_pipeline_decodes_on_the_cpu_off_cuda():
-    config = LoaderConfig(engine="dali", decoder=None, output=OutputSpec(device="cpu"))
-    assert device_id_of(config) is None
+    assert PipelineSpec(4, 1, 2, OutputSpec(device="cpu"), (32, 32)).device_id is None

@@ -161,15 +161,19 @@ def test_backends_agree_with_each_other(jpegs):
 
 # -- DCT-domain scaling ---------------------------------------------------------------
 
-def test_choose_scale_picks_the_strongest_reduction_that_keeps_the_output_size():
-    assert choose_scale(Box(0, 0, 400, 400), (100, 100)) == (1, 4)
-    assert choose_scale(Box(0, 0, 399, 400), (100, 100)) == (1, 2)     # 399/4 < 100
-    assert choose_scale(Box(0, 0, 800, 1600), (100, 100)) == (1, 8)
-    assert choose_scale(Box(0, 0, 800, 250), (100, 100)) == (1, 2)     # the narrow side decides
-    assert choose_scale(Box(0, 0, 199, 900), (100, 100)) == (1, 1)
+def test_choose_scale_picks_the_strongest_reduction_that_keeps_twice_the_output_size():
+    assert choose_scale(Box(0, 0, 800, 800), (100, 100)) == (1, 4)
+    assert choose_scale(Box(0, 0, 799, 800), (100, 100)) == (1, 2)     # 799/4 < 2 x 100
+    assert choose_scale(Box(0, 0, 1600, 3200), (100, 100)) == (1, 8)
+    assert choose_scale(Box(0, 0, 1600, 500), (100, 100)) == (1, 2)    # the narrow side decides
+    assert choose_scale(Box(0, 0, 399, 1800), (100, 100)) == (1, 1)
+    assert choose_scale(Box(0, 0, 400, 400), (100, 100)) == (1, 2)
     assert choose_scale(Box(0, 0, 50, 50), (224, 224)) == (1, 1)        # enlarging
-    assert choose_scale(Box(0, 0, 800, 800), (100, 100), [(1, 2), (3, 4)]) == (1, 2)
+    assert choose_scale(Box(0, 0, 1600, 1600), (100, 100), [(1, 2), (3, 4)]) == (1, 2)
     assert choose_scale(Box(0, 0, 800, 800), (100, 100), []) == (1, 1)
+    assert choose_scale(Box(0, 0, 400, 400), (100, 100), margin=1) == (1, 4)
+    # an evaluation crop's box of floats
+    assert choose_scale(Box(23.4, 85.0, 800.5, 800.5), (100, 100)) == (1, 4)
 
 
 def test_crop_scaled_keeps_at_least_the_output_size():
@@ -194,7 +198,7 @@ def test_turbojpeg_takes_the_dct_scaling_path(jpegs):
     dec = get_decoder("turbojpeg")
     data = jpegs[0]
     h, w = pil_decode(data).shape[:2]
-    box, out_hw = Box(8, 12, h - 20, w - 24), (80, 80)
+    box, out_hw = Box(8, 12, h - 20, w - 24), (40, 40)
     assert choose_scale(box, out_hw, dec.scales) == (1, 4)
     out = np.zeros(out_hw + (3,), np.uint8)
     dec.decode_into(data, box, True, out)

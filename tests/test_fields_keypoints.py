@@ -123,17 +123,19 @@ KW = dict(batch_size=2, size=48, num_workers=2, device="cpu", decoder="pil")
 
 
 def test_the_loader_delivers_points_in_the_evaluation_crops_pixels(folder, store_path):
-    """Resize(int(48 / 0.875) = 54) + CenterCrop(48) of a 96 x 128 image is the source box
-    top 6, left 22, 85 x 85 (by hand, as augment.center_crop): x -> (x - 22) * 48 / 85."""
+    """Resize(int(48 / 0.875) = 54) of a 96 x 128 image is 54 x 72 (one resized pixel is 16/9
+    source pixels), CenterCrop(48) starts at (3, 12) resized: the source box top 16/3, left
+    64/3, 256/3 x 256/3, by hand: x -> (x - 64/3) * 9/16, y -> (y - 16/3) * 9/16."""
     _, _, points = folder
-    s = 48 / 85
-    want = {(64, 48): [(64 - 22) * s, (48 - 6) * s], (106, 91): [(106 - 22) * s, (91 - 6) * s]}
+    want = {(64, 48): [(64 - 64 / 3) * 9 / 16, (48 - 16 / 3) * 9 / 16]}   # (24, 24)
     with FeedLoader(store_path, shuffle=False, train=False, **KW) as loader:
         rows = [t for _, targets in loader for t in targets]
         assert loader.store.size(0) == (96, 128)
     assert all(t.dtype == torch.float32 and t.shape == (3, 3) for t in rows)
-    first = rows[0].tolist()   # record 0: (64, 48, 2), (10, 50, 2) left of the crop, (106, 91, 1) on its edge
-    np.testing.assert_allclose(first, [[*want[(64, 48)], 2], [0, 0, 0], [*want[(106, 91)], 1]], rtol=1e-6)
+    # record 0: (64, 48, 2), (10, 50, 2) left of the crop, (106, 91, 1) a third of a pixel below it
+    first = rows[0].tolist()
+    np.testing.assert_allclose(first, [[24, 24, 2], [0, 0, 0], [0, 0, 0]], rtol=1e-6)
+    assert want[(64, 48)] == pytest.approx([24, 24])
     assert rows[1].tolist()[0] == [0, 0, 0]   # (1, 2) is above and left of the crop
 
 
@@ -156,3 +158,85 @@ def test_the_loader_delivers_points_through_random_crops_and_flips(folder, store
                 expected.add(tuple(to_output([store.targets(i)["keypoints"]], crops, flips, (48, 48))[0]
                                    .reshape(-1).round(4)))
             assert delivered == expected
+
+
+# -- flip_pairs: a mirror trades left and right --------------------------------------------------
+
+def test_a_flip_trades_the_paired_points_by_hand():
+    """Points 0 and 1 are a pair: flipped, slot 0 holds point 1 mirrored, slot 1 point 0's;
+    point 2 (no pair) and point 3 (not labelled) stay where they are."""
+    got = to_output([POINTS, POINTS], [CROP, CROP], [True, False], SIZE, permutation=[1, 0, 2, 3])
+    assert got[0].tolist() == [[0, 20, 1], [35, 5, 2], [0, 0, 0], [0, 0, 0]]
+    assert got[1].tolist() == [[5, 5, 2], [40, 20, 1], [0, 0, 0], [0, 0, 0]]   # not flipped: as it was
+
+
+def test_the_keypoints_fill_applies_its_flip_pairs():
+    from feedline.fields.keypoints import Keypoints
+    field = Keypoints({"count": 4, "flip_pairs": [[0, 1], [2, 3]]})
+    assert field.permutation().tolist() == [1, 0, 3, 2]
+    a = {"keypoints": np.array(POINTS, dtype=np.float32).reshape(-1)}
+    out = {"keypoints": np.zeros((1, 4, 3), np.float32)}
+    from feedline.fields import Geometry
+    field.fill(a, np.array([0]), out, 1, Geometry(np.array([CROP]), np.array([True]), SIZE))
+    assert out["keypoints"][0].tolist() == [[0, 20, 1], [35, 5, 2], [0, 0, 0], [0, 0, 0]]
+    old = Keypoints({"count": 4})   # a store packed without them: a flip keeps each index
+    old.fill(a, np.array([0]), out, 1, Geometry(np.array([CROP]), np.array([True]), SIZE))
+    assert out["keypoints"][0].tolist() == [[35, 5, 2], [0, 20, 1], [0, 0, 0], [0, 0, 0]]
+
+
+@pytest.mark.parametrize("pairs,words", [([[0, 3]], r"\[0, 3\]: expected two point indices in 0..2"),
+                                         ([[0, 1], [1, 2]], "point 1 is in more than one pair"),
+                                         ([[2, 2]], "point 2 is in more than one pair"),
+                                         ([[0, True]], "expected two point indices"),
+                                         ([[0, 1, 2]], "expected two point indices")])
+def test_flip_pairs_that_do_not_fit_the_points_are_refused(pairs, words):
+    from feedline.fields import FieldsError
+    from feedline.fields.keypoints import Keypoints
+    with pytest.raises(FieldsError, match=words):
+        Keypoints({"count": 3, "flip_pairs": pairs})
+
+
+def test_flip_pairs_are_stored_with_the_data_set_and_every_flip_applies_them(folder, tmp_path):
+    src, labels, _ = folder
+    out = str(tmp_path / "pairs.lmdb")
+    pack(src, out, labels_csv=labels, flip_pairs=((0, 2),), progress=False)
+    with feedline.open_dataset(out) as ds:
+        assert ds.fields == {"keypoints": {"count": 3, "flip_pairs": [[0, 2]]}}
+        assert ds.meta["pack_options"]["flip_pairs"] == [[0, 2]]
+        points = [ds.targets(i)["keypoints"] for i in range(len(ds))]
+    assert "1 left/right pairs" in format_info(describe(out))
+    spec = AugmentSpec(size=(48, 48), train=True)
+    with FeedLoader(out, shuffle=False, train=True, seed=3, **KW) as loader:
+        rows = [t.numpy().copy() for _, targets in loader for t in targets]
+    flipped = 0
+    for i, row in enumerate(rows):
+        crops, flips = plan_augment(spec, 3, 0, [i], [96], [128])
+        mirrored = to_output([points[i]], crops, flips, (48, 48))[0]   # each point at its own index
+        want = mirrored[[2, 1, 0]] if flips[0] else mirrored
+        np.testing.assert_allclose(row, want, rtol=1e-6)
+        flipped += bool(flips[0])
+    assert 0 < flipped < len(rows)   # both cases seen with seed 3
+
+
+def test_flip_pairs_without_keypoints_are_refused(tmp_path):
+    src = str(tmp_path / "src")
+    make_photo_folder(src, n=2, classes=1, seed=1, sizes=[(64, 48)])
+    with pytest.raises(PackError, match="--flip-pairs: .* has no labels file with keypoints"):
+        pack(src, str(tmp_path / "o.lmdb"), flip_pairs=((0, 1),), progress=False)
+    rels = sorted(os.path.relpath(os.path.join(d, f), src) for d, _, fs in os.walk(src) for f in fs)
+    labels = write_jsonl(tmp_path / "b.jsonl", [{"path": r, "boxes": [[1, 1, 5, 5, "car"]]} for r in rels])
+    with pytest.raises(PackError, match="--flip-pairs: .*b.jsonl: the labels have no keypoints to take flip_pairs"):
+        pack(src, str(tmp_path / "o.lmdb"), labels_csv=labels, flip_pairs=((0, 1),), progress=False)
+
+
+def test_the_cli_reads_flip_pairs_and_says_what_it_wants(folder, tmp_path, capsys):
+    from feedline import cli
+    src, labels, _ = folder
+    out = str(tmp_path / "cli.lmdb")
+    assert cli.main(["pack", src, out, "--labels", labels, "--flip-pairs", "0:2", "--quiet"]) == 0
+    with feedline.open_dataset(out) as ds:
+        assert ds.fields["keypoints"]["flip_pairs"] == [[0, 2]]
+    assert cli.main(["pack", src, str(tmp_path / "bad.lmdb"), "--labels", labels, "--flip-pairs", "0-2"]) != 0
+    assert "--flip-pairs '0-2': '0-2' is not A:B" in capsys.readouterr().err
+    assert cli.main(["pack", src, str(tmp_path / "bad.lmdb"), "--labels", labels, "--flip-pairs", "0:5"]) != 0
+    assert "expected two point indices in 0..2" in capsys.readouterr().err

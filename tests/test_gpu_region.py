@@ -11,39 +11,39 @@ import torch
 
 from feedline.decoders.base import Box
 from feedline.sources import gpu_region as region_decode
-from feedline.sources.gpu_region import crop_on_device, region_decode_safe
+from feedline.sources.gpu_region import crop_on_device, region_decode_choice, region_decode_safe
 
 
-@pytest.mark.parametrize("version, capability, setting, safe", [
+@pytest.mark.parametrize("version, capability, choice, safe", [
     ("0.9.0.20", (9, 0), None, False),     # H100 / H200: SIGSEGV
-    ("0.9.1", (10, 0), "auto", False),     # B200: SIGSEGV
+    ("0.9.1", (10, 0), None, False),       # B200: SIGSEGV
     ("0.9.0.20", (8, 0), None, False),     # A100: internal error
     ("0.8.0.1422", (9, 0), None, True),    # the last good release
     ("0.10.0", (9, 0), None, True),
-    ("0.9.0.20", (9, 0), "1", True),       # forced on
-    ("0.8.0", (9, 0), "0", False),         # forced off (the GPU check's smoke saw a crash)
+    ("0.9.0.20", (9, 0), True, True),      # forced on
+    ("0.8.0", (9, 0), False, False),       # forced off (the GPU check's smoke saw a crash)
     (None, None, None, True),
 ])
-def test_the_rule(version, capability, setting, safe):
-    got, why = region_decode_safe(version, capability, setting)
+def test_the_rule(version, capability, choice, safe):
+    got, why = region_decode_safe(version, capability, choice)
     assert got is safe
-    if setting in ("0", "1"):
-        assert why == f"{region_decode.SETTING}={setting}"
+    if choice is not None:
+        assert why == f"region_decode={choice}"
     elif not safe:
         assert version in why and "#55" in why
 
 
-def test_a_bad_setting_is_refused():
+def test_the_setting_the_cli_reads():
+    assert [region_decode_choice(v) for v in (None, "auto", " AUTO ", "0", "1")] == [None, None, None, False, True]
     with pytest.raises(ValueError, match="FEEDLINE_GPU_REGION_DECODE='yes'"):
-        region_decode_safe("0.9.0", (9, 0), "yes")
+        region_decode_choice("yes")
 
 
-def test_the_choice_is_logged_once(monkeypatch, caplog):
-    monkeypatch.setenv(region_decode.SETTING, "0")
+def test_the_choice_is_logged_once(caplog):
     region_decode._log_choice.cache_clear()
     with caplog.at_level(logging.INFO, logger=region_decode.__name__):
-        assert region_decode.gpu_region_decode(None) is False
-        assert region_decode.gpu_region_decode(None) is False
+        assert region_decode.gpu_region_decode(None, False) is False
+        assert region_decode.gpu_region_decode(None, False) is False
     lines = [r for r in caplog.records if "region decode off" in r.getMessage()]
     assert len(lines) == 1
 
@@ -61,9 +61,9 @@ def test_crop_of_a_whole_image():
 def test_dali_whole_image_graph_gives_the_region_graphs_pixels(tmp_path):
     pytest.importorskip("nvidia.dali")
     from feedline.augment import AugmentSpec
-    from feedline.config import LoaderConfig, OutputSpec
+    from feedline.config import OutputSpec
     from feedline.sample import make_photo_folder
-    from feedline.sources.dali_graph import build_pipeline, import_dali
+    from feedline.sources.dali_graph import PipelineSpec, build_pipeline, import_dali
     make_photo_folder(str(tmp_path / "photos"), n=4, classes=1, seed=5, sizes=[(160, 120), (200, 150)])
     files = sorted((tmp_path / "photos").rglob("*.jpg"))
     jpegs = [np.frombuffer(f.read_bytes(), dtype=np.uint8) for f in files]
@@ -72,13 +72,13 @@ def test_dali_whole_image_graph_gives_the_region_graphs_pixels(tmp_path):
     shapes = [np.array([90, 70], dtype=np.int32), np.array([64, 64], dtype=np.int32),
               np.array([61, 99], dtype=np.int32), np.array([40, 52], dtype=np.int32)]
     mirrors = [np.array(k % 2, dtype=np.int32) for k in range(4)]
-    config = LoaderConfig(batch_size=4, num_threads=1, engine="dali", decoder=None, augment=AugmentSpec(size=(32, 48)),
-                          output=OutputSpec(device="cpu", mean=None, std=None, dtype=torch.uint8,
-                                            channels_last=True))   # HWC out of DALI (the CPU's default is NCHW)
+    output = OutputSpec(device="cpu", mean=None, std=None, dtype=torch.uint8,
+                        channels_last=True)   # HWC out of DALI (the CPU's default is NCHW)
     dali = import_dali()
     out = {}
     for region in (True, False):
-        pipe = build_pipeline(dali, config, lambda: (jpegs, anchors, shapes, mirrors), region_decode=region)
+        spec = PipelineSpec(4, 1, 2, output, (32, 48), region_decode=region)
+        pipe = build_pipeline(dali, spec, lambda: (jpegs, anchors, shapes, mirrors))
         out[region] = np.array(pipe.run()[0].as_tensor())
         del pipe
     assert out[True].shape == out[False].shape == (4, 32, 48, 3)

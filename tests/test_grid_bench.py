@@ -23,12 +23,20 @@ def test_grid_bench_quick(tmp_path):
     out = tmp_path / "grid.json"
     stdout = run_script("grid", "--quick", "--out", str(out))
     payload = json.loads(out.read_text())
-    rows = {r["layout"]: r for r in payload["results"]}
-    assert set(rows) == {"original", "grid"} and "GridDecoder" in rows["grid"]["decoder"]
-    assert rows["grid"]["size_mib"] > rows["original"]["size_mib"]     # the markers cost bytes
-    assert all(r["loader_img_s"] > 0 and r["decode_img_s"] > 0 and r["pack_s"] > 0 for r in rows.values())
+    rows = {(r["set"], r["layout"]): r for r in payload["results"]}
+    assert set(rows) == {(s, layout) for s in ("photos", "large") for layout in ("original", "grid")}
+    for s in ("photos", "large"):
+        assert "GridDecoder" in rows[s, "grid"]["decoder"]
+        assert rows[s, "grid"]["size_mib"] > rows[s, "original"]["size_mib"]     # the markers cost bytes
+    # the large set's photos are 1-3 megapixels: more bytes per image than the benchmark photos
+    per_image = {s: rows[s, "original"]["size_mib"] / payload["params"]["n"][s] for s in ("photos", "large")}
+    assert per_image["large"] > 4 * per_image["photos"]
+    assert all(r["loader_img_s"] > 0 and r["recipe_img_s"] > 0 and r["decode_img_s"] > 0 and r["pack_s"] > 0
+               for r in rows.values())
     checks = [t["check"] for t in payload["targets"]]
-    assert any("grid / original" in c for c in checks) and any("one loader epoch" in c for c in checks)
+    for s in ("photos", "large"):
+        assert any(c.startswith(f"{s}: grid / original FeedLoader img/s with the recipe") for c in checks)
+        assert any(c.startswith(f"{s}: grid pack") for c in checks)
     assert "targets not judged" in stdout
 
 

@@ -63,7 +63,8 @@ def boxes_for(h: int, w: int, out: int) -> list[Box]:
     train = random_resized_crop([h] * 12, [w] * 12, uniforms(4, 0, range(12), 22))
     edges = [(0, 0, h, w), (0, 0, 1, 1), (h - 1, w - 1, 1, 1), (0, 0, h, 1), (h - 9, w - 7, 9, 7),
              (16, 16, 16, 16), (h - h // 3, w - w // 2, h // 3, w // 2)]
-    return [Box(*map(int, b)) for b in [*train, *center_crop([h], [w], (out, out)), *edges]]
+    evaluation = center_crop([h], [w], (out, out))   # floats: the region of a resized image
+    return [Box(*map(int, b)) for b in [*train, *evaluation, *edges]] + [Box(*map(float, b)) for b in evaluation]
 
 
 @pytest.mark.parametrize("out", [224, 64, 20])   # 20: the 1/8 scale on most crops

@@ -2,7 +2,10 @@
 refused by name."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
+import torch
 
 from feedline import FeedLoader
 
@@ -33,9 +36,10 @@ def test_a_keyword_that_moved_into_a_spec_names_the_spec(packed_lmdb, keyword, v
 
 
 def test_the_parameters_are_few():
-    """DataLoader's keywords, the specs, and the loose keywords users pass most: 23 at most."""
+    """DataLoader's keywords, the specs, the loose keywords users pass most and the GPU engines'
+    region_decode: 24 at most."""
     import inspect
-    assert len(inspect.signature(FeedLoader.__init__).parameters) - 1 <= 23
+    assert len(inspect.signature(FeedLoader.__init__).parameters) - 1 <= 24
 
 
 def test_auto_workers_split_the_usable_cores_between_the_ranks_of_a_node(packed_lmdb, monkeypatch):
@@ -51,8 +55,8 @@ def test_auto_workers_split_the_usable_cores_between_the_ranks_of_a_node(packed_
     assert choose_threads("auto") == 8
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert choose_threads("auto") == 4
-    assert loader(packed_lmdb, num_workers="auto").config.num_threads == 4
-    assert loader(packed_lmdb, num_workers=6).config.num_threads == 6
+    assert loader(packed_lmdb, num_workers="auto").config.num_workers == 4
+    assert loader(packed_lmdb, num_workers=6).config.num_workers == 6
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
     assert choose_threads("auto") == 2
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "12")   # more ranks than cores: one each
@@ -61,3 +65,75 @@ def test_auto_workers_split_the_usable_cores_between_the_ranks_of_a_node(packed_
     with pytest.raises(ValueError, match=r"LOCAL_WORLD_SIZE='two' \(torchrun's ranks on this node\) must be a "
                                          r"positive int"):
         choose_threads("auto")
+
+
+@pytest.mark.parametrize("keyword, answer", [
+    ("sampler", r"FeedLoader plans the order itself: shuffle=True, or order='random'.*each rank reads its own share"),
+    ("batch_sampler", r"FeedLoader makes the batches itself: batch_size= and drop_last="),
+    ("collate_fn", r"batches come stacked .*batch_transforms=\[fn\(images, targets\)"),
+    ("worker_init_fn", r"workers need no set-up: a per-sample transform fn\(image, rng\)"),
+    ("prefetch_factor", r"prefetch= \(batches prepared ahead"),
+    ("generator", r"seed= \(an int.*drawn from torch's global generator"),
+    ("multiprocessing_context", r"engine='processes' starts its own workers"),
+])
+def test_dataloaders_own_keywords_are_answered_with_feedlines_way(keyword, answer):
+    """One line each, before the source is even opened."""
+    with pytest.raises(TypeError, match=rf"^FeedLoader\(\) takes no {keyword}= \(DataLoader's\): {answer}"):
+        loader("no such file", **{keyword: None})
+
+
+def test_a_torch_dataset_hears_pack_first_before_its_dataloader_keywords():
+    dataset = torch.utils.data.TensorDataset(torch.zeros(4, 3))
+    with pytest.raises(TypeError, match=r"got a TensorDataset \(a map-style dataset.*Pack your images first"):
+        FeedLoader(dataset, sampler=None, collate_fn=None)
+
+
+def test_shuffled_evaluation_crops_are_warned_about_once(packed_lmdb, monkeypatch):
+    """shuffle=True (or a shuffling order) without train= or augment=: center crops in a random
+    order, said once per process; train= or augment= given, or no shuffle, says nothing."""
+    from feedline import AugmentSpec, keywords
+    monkeypatch.setattr(keywords, "_warned_shuffled_evaluation", False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for kw in ({"shuffle": False}, {"shuffle": True, "train": True}, {"shuffle": True, "train": False},
+                   {"order": "random", "augment": AugmentSpec(size=32, train=True)}):
+            loader(packed_lmdb, **kw).close()
+        assert [str(w.message) for w in seen] == []
+        loader(packed_lmdb, shuffle=True).close()
+        loader(packed_lmdb, order="quasi-random").close()
+    said = [str(w.message) for w in seen if "shuffled" in str(w.message)]
+    assert said == ["shuffled evaluation crops: pass train=True for RandomResizedCrop and flip (or train=False "
+                    "to keep center crops and silence this)"]
+    assert seen[0].filename == __file__   # pointed at the caller's line
+
+
+class TorchvisionStyle:
+    """A transform as torchvision writes them: one argument."""
+
+    def __call__(self, img):
+        return img
+
+
+@pytest.mark.parametrize("transforms, where", [
+    ([lambda img: img], r"transforms\[0\] \(.*<lambda>\)"),
+    ([lambda image, rng: image, TorchvisionStyle()], r"transforms\[1\] \(TorchvisionStyle\)"),
+])
+def test_a_one_argument_per_sample_callable_is_refused_when_the_loader_is_built(packed_lmdb, transforms, where):
+    with pytest.raises(TypeError, match=rf"{where} cannot take two arguments \(a torchvision-style transform "
+                                        r"takes one\); feedline calls each of transforms as fn\(image, rng\)"):
+        loader(packed_lmdb, transforms=transforms)
+
+
+def test_two_argument_callables_and_the_built_ins_are_accepted(packed_lmdb):
+    from feedline import TransformSpec
+    from feedline.transforms import ColorJitter, Mixup
+
+    def keep(image, rng, strength=1):
+        return image
+    spec = TransformSpec([keep, ColorJitter(0.1, 0.1, 0.1)],
+                         batch_transforms=[Mixup(mixup_alpha=0.2), lambda images, targets: (images, targets)])
+    with loader(packed_lmdb, transforms=spec, size=32, train=True) as ok:
+        images, _ = next(iter(ok))
+        assert images.shape == (8, 3, 32, 32)
+    with pytest.raises(TypeError, match=r"batch_transforms\[0\] .* as fn\(images, targets\) -> \(images, targets\)"):
+        loader(packed_lmdb, transforms=TransformSpec([], batch_transforms=[lambda images: images]))

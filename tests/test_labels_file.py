@@ -185,5 +185,5 @@ def test_a_jsonl_file_reports_unlisted_and_missing_files(tmp_path, caplog):
     assert scan.paths == rels[:3] and scan.fields == {"target": {"width": 2, "scalar": False}}
     assert [scan.targets.record(i)["target"] for i in range(3)] == [[0, 0], [1, -1], [2, -2]]
     assert {(p.path, p.reason) for p in scan.problems} == {("gone.jpg", "missing"),
-                                                           (rels[3], "not-in-labels-csv")}
+                                                           (rels[3], "not-in-labels-jsonl")}
     assert "listed in l.jsonl (line 4)" in next(p.detail for p in scan.problems if p.path == "gone.jpg")

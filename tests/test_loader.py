@@ -158,7 +158,7 @@ def test_ranks_get_disjoint_equal_shares(packed_lmdb, world):
     seen, lengths = [], set()
     for rank in range(world):
         loader = FeedLoader(str(packed_lmdb), batch_size=4, shuffle=True, size=16, num_workers=1,
-                            device="cpu", order=OrderSpec(rank=rank, world_size=world), mean=None)
+                            device="cpu", order=OrderSpec(rank=rank, world_size=world), mean=None, seed=0)
         batches = list(iter(loader))
         lengths.add(len(batches))
         assert len(batches) == len(loader)
@@ -192,7 +192,7 @@ def test_decode_error_reaches_the_consumer_with_index_and_path(folder_with_a_bad
 
 def test_substitution_keeps_the_batch_shape_and_is_in_the_ledger(folder_with_a_bad_jpeg, caplog):
     loader = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_workers=2, device="cpu",
-                        on_error="substitute", decoder="opencv")
+                        on_error="substitute", decoder="opencv", seed=0)
     bad_index = [loader.store.path(i) for i in range(len(loader.store))].index("class_001/img_0000005.jpg")
     with caplog.at_level(logging.WARNING, logger="feedline.loader"):
         batches = collect(loader)
@@ -206,18 +206,19 @@ def test_substitution_keeps_the_batch_shape_and_is_in_the_ledger(folder_with_a_b
     lines = [r for r in caplog.records if "bad record" in r.getMessage()]
     assert len(lines) == 1 and "class_001/img_0000005.jpg" in lines[0].getMessage()  # one line per epoch
     again = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_workers=1, device="cpu",
-                       on_error="substitute", decoder="opencv")
+                       on_error="substitute", decoder="opencv", seed=0)
     for (x, y), (x2, y2) in zip(batches, collect(again)):
         assert torch.equal(x, x2) and torch.equal(y, y2)  # the substitute is deterministic
 
 
 def test_no_threads_leak_after_break_or_close(packed_lmdb):
-    """The thread engine's decode threads (the worker engine's processes: test_sources_worker_pool)."""
+    """Worker threads, as worker processes (test_process_workers), live across iterations (a
+    break included) and end with close(), or with a loader left to the collector."""
     loader = FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_workers=2, device="cpu", engine="threads")
     for _ in loader:
         assert len(decode_threads()) == 2
         break
-    assert decode_threads() == []
+    assert len(decode_threads()) == 2
     it = iter(loader)
     next(it)
     loader.close()
@@ -226,12 +227,17 @@ def test_no_threads_leak_after_break_or_close(packed_lmdb):
         next(iter(ctx))
     gc.collect()
     assert decode_threads() == []
+    left = FeedLoader(str(packed_lmdb), batch_size=4, size=32, num_workers=2, device="cpu", engine="threads")
+    next(iter(left))
+    del left
+    gc.collect()
+    assert decode_threads() == []
 
 
 def test_len_stats_and_dataloader_arguments(packed_lmdb):
     loader = FeedLoader(str(packed_lmdb), batch_size=10, size=32, device="cpu", num_workers=2,
                         pin_memory=False, persistent_workers=True, drop_last=True)
-    assert loader.config.num_threads == 2
+    assert loader.config.num_workers == 2
     assert len(loader) == 4
     n = sum(len(y) for _, y in loader)
     assert n == 40
@@ -369,6 +375,6 @@ def test_a_stale_iterator_raises_instead_of_ending_silently(packed_lmdb):
 
 def test_a_batch_too_large_for_memory_says_what_it_needs(packed_lmdb):
     with pytest.raises(MemoryError, match=r"batch_size=1000000 at 224x224: the batch buffers need about "
-                                          r"[\d,.]+ GiB of memory \(4 uint8 batches of 140\.19 GiB for "
-                                          r"prefetch=2, and the batch delivered\), but [\d,.]+ GiB is available"):
+                                          r"[\d,.]+ GiB of memory \(4 batches of 560\.76 GiB for "
+                                          r"prefetch=2\), but [\d,.]+ GiB is available"):
         FeedLoader(str(packed_lmdb), batch_size=10**6, device="cpu")

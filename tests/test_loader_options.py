@@ -16,9 +16,11 @@ from feedline.errors import BackendUnavailable
 
 
 def test_defaults_are_the_documented_ones(packed_lmdb):
-    c = FeedLoader(str(packed_lmdb), device="cpu").config
-    assert (c.seed, c.batch_size, c.order, c.on_error, c.drop_last) == (0, 256, Order.SEQUENTIAL, OnError.RAISE,
-                                                                        False)
+    torch.manual_seed(0)
+    c = FeedLoader(str(packed_lmdb), device="cpu").config   # the seed: drawn from torch's generator (test_seeds)
+    assert (c.batch_size, c.order, c.on_error, c.drop_last) == (256, Order.SEQUENTIAL, OnError.RAISE, False)
+    torch.manual_seed(0)
+    assert c.seed == torch.empty((), dtype=torch.int64).random_().item()
     assert (c.prefetch, c.rank, c.world_size, c.even_shards, c.pin_memory) == (2, 0, 1, True, False)
     assert not c.augment.train and c.augment.size == (224, 224) and c.augment.flip  # flip: with train=True
     assert c.output.channels_last is False   # on the CPU; True on CUDA
@@ -27,8 +29,8 @@ def test_defaults_are_the_documented_ones(packed_lmdb):
 
 
 def test_num_workers_sets_the_threads(packed_lmdb):
-    assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=1).config.num_threads == 1
-    assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=0).config.num_threads == 1   # DataLoader's "here"
+    assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=1).config.num_workers == 1
+    assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=0).config.num_workers == 1   # DataLoader's "here"
     with pytest.raises(ValueError, match="num_workers must be an int"):
         FeedLoader(str(packed_lmdb), device="cpu", num_workers="many")
 
@@ -39,14 +41,14 @@ def test_num_workers_beyond_the_usable_cores_warns_once_and_uses_the_cores(packe
     with pytest.warns(UserWarning, match=rf"num_workers={cores + 998} but this process may use {cores} cores.*"
                                          rf"using {cores} decode threads"):
         loader = FeedLoader(str(packed_lmdb), device="cpu", num_workers=cores + 998)
-    assert loader.config.num_threads == cores
+    assert loader.config.num_workers == cores
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # said once: the second loader is quiet
-        assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=cores + 998).config.num_threads == cores
+        assert FeedLoader(str(packed_lmdb), device="cpu", num_workers=cores + 998).config.num_workers == cores
 
 
 def test_prefetch_sizes_the_ring(packed_lmdb):
-    """ThreadBatches keeps prefetch + 2 batch buffers, allocated once."""
+    """The CPU engine keeps prefetch + 2 batch buffers, allocated once."""
     assert small(packed_lmdb, prefetch=1).source.ring.slots == 3
     assert small(packed_lmdb, prefetch=4).source.ring.slots == 6
 
@@ -84,7 +86,7 @@ def test_one_record_loads_and_no_record_is_a_clear_error(tmp_path):
 def test_repr_says_what_the_loader_reads_and_how(packed_lmdb):
     loader = small(packed_lmdb, batch_size=16)
     assert repr(loader) == (f"FeedLoader({loader.store.filename!r}, batch_size=16, engine='processes', decoder='opencv', "
-                            "threads=2, device='cpu', 3 batches/epoch)")
+                            "workers=2, device='cpu', 3 batches/epoch)")
 
 
 def test_stats_count_the_epoch_and_the_consumers_wait(packed_lmdb):

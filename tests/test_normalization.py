@@ -1,6 +1,7 @@
 """sources/normalization.py: the device function (normalize_batch, what the Finishers run)
-equals the host's per-sample one (HostNormalizer, what the decode threads write), and both
-equal (x / 255 - mean) / std written out by hand."""
+equals the host's per-sample one (the lookup table the workers write rows with, or their
+uint8 pixels normalized per batch for a dtype numpy lacks), and both equal
+(x / 255 - mean) / std written out by hand."""
 from __future__ import annotations
 
 import cv2
@@ -9,7 +10,10 @@ import pytest
 import torch
 
 from feedline.config import OutputSpec
-from feedline.sources.normalization import HostNormalizer, layout_of, normalize_batch
+from feedline.sources.arena import Arena
+from feedline.sources.normalization import layout_of, normalize_batch
+from feedline.sources.ring import row_format, writes_normalized
+from feedline.sources.rows import RowWriter
 
 
 def convert(images_nhwc: torch.Tensor, output: OutputSpec) -> torch.Tensor:
@@ -18,12 +22,14 @@ def convert(images_nhwc: torch.Tensor, output: OutputSpec) -> torch.Tensor:
 
 
 def host_rows(batch: np.ndarray, output: OutputSpec) -> torch.Tensor:
-    """What the decode threads write, sample by sample: the host function."""
-    normalize = HostNormalizer(output)
-    out = torch.empty((len(batch), 3, *batch.shape[1:3]), dtype=normalize.dtype, memory_format=layout_of(output))
+    """What a host consumer receives from the workers' rows, written sample by sample."""
+    fmt = row_format(output, len(batch), batch.shape[1:3])
+    rows = RowWriter(fmt, Arena(fmt.nbytes, shared=False).memory)
     for j in range(len(batch)):
-        normalize(batch[j], out[j])
-    return out
+        rows.write(j, batch[j])
+    images = torch.from_numpy(rows.rows)
+    images = images.permute(0, 3, 1, 2) if fmt.channels_last else images
+    return images if writes_normalized(output) else normalize_batch(images, output)
 
 
 def photo_batch(photo_folder, n=4, size=(20, 24)) -> np.ndarray:
@@ -37,7 +43,7 @@ def photo_batch(photo_folder, n=4, size=(20, 24)) -> np.ndarray:
 @pytest.mark.parametrize("channels_last", [True, False])
 def test_host_per_sample_conversion_equals_the_gpu_batch_conversion(photo_folder, dtype, channels_last):
     """normalize_batch is what the CUDA Finisher runs on the device; run here on the host,
-    it must give what the decode threads' per-sample lookup table gives, and both must be
+    it must give what the workers' per-sample lookup table gives, and both must be
     (x / 255 - mean) / std written out by hand."""
     batch = photo_batch(photo_folder)
     output = OutputSpec(dtype=dtype, channels_last=channels_last)

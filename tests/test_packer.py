@@ -253,3 +253,70 @@ def test_max_side_is_refused_for_boxes_in_source_pixels(tmp_path):
         pack(str(src), str(tmp_path / "o.lmdb"), labels_csv=str(labels), max_side=32, progress=False)
     assert not (tmp_path / "o.lmdb").exists()
     pack(str(src), str(tmp_path / "o.lmdb"), labels_csv=str(labels), progress=False)   # without: packed
+
+
+# -- values exactly on the image's right or bottom edge, and just past it --------------------
+
+def labels_pack(tmp_path, row_of, num: int = 2):
+    """``num`` 64 x 48 (width x height) photos with the labels ``row_of(k)`` each (a dict of
+    fields), packed to o.lmdb."""
+    import json
+
+    from feedline.sample import make_photo_folder
+    src = tmp_path / "src"
+    make_photo_folder(str(src), n=num, classes=1, seed=2, sizes=[(64, 48)])
+    rels = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.jpg"))
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"path": r, **row_of(k)}) + "\n" for k, r in enumerate(rels)))
+    out = tmp_path / "o.lmdb"
+    return rels, out, lambda: pack(str(src), str(out), labels_csv=str(labels), progress=False)
+
+
+def test_boxes_on_the_right_and_bottom_edges_are_kept_as_they_are(tmp_path):
+    """x1 == width and y1 == height: inside (edges, not pixel centres), not clipped."""
+    from feedline.verify import verify
+    edge = [[0, 0, 64, 48, "car"], [54, 38, 64, 48, "car"], [63, 0, 64, 1, "car"], [0, 47, 1, 48, "car"]]
+    rels, out, run = labels_pack(tmp_path, lambda k: {"boxes": edge if k == 0 else []})
+    assert run().boxes_clipped == 0
+    with feedline.open_dataset(str(out)) as ds:
+        assert ds.targets(0)["boxes"] == [[*map(float, b[:4]), 0] for b in edge]
+    assert verify(str(out), mode="checksums").ok
+
+
+def test_boxes_just_past_the_right_and_bottom_edges_are_clipped_to_them(tmp_path):
+    past = [[60, 40, 64.5, 48.25, "car"], [-0.5, -0.25, 4, 4, "car"], [63.5, 47.5, 64.001, 48.001, "car"]]
+    rels, out, run = labels_pack(tmp_path, lambda k: {"boxes": past if k == 1 else []})
+    assert run().boxes_clipped == 3
+    with feedline.open_dataset(str(out)) as ds:
+        assert ds.targets(1)["boxes"] == [[60, 40, 64, 48, 0], [0, 0, 4, 4, 0], [63.5, 47.5, 64, 48, 0]]
+
+
+@pytest.mark.parametrize("box", [[64, 0, 70, 10, "car"], [0, 48, 10, 50, "car"], [64, 48, 65, 49, "car"],
+                                 [64.001, 0, 70, 10, "car"]])
+def test_a_box_that_starts_on_the_right_or_bottom_edge_has_nothing_inside_and_is_refused(tmp_path, box):
+    rels, out, run = labels_pack(tmp_path, lambda k: {"boxes": [box] if k == 1 else []})
+    with pytest.raises(PackError, match=rf"line 2 \({re.escape(rels[1])}\): box 0 .*: wholly outside its 64x48 "
+                                        r"\(WxH\) image"):
+        run()
+    assert not out.exists()
+
+
+def test_keypoints_on_the_right_and_bottom_edges_are_kept(tmp_path):
+    """A point at x == width or y == height lies on the image's edge: labelled there, it packs
+    and verifies; one past the edge not labelled (visible 0) packs too."""
+    from feedline.verify import verify
+    points = [[64, 48, 2], [64, 0, 1], [0, 48, 2], [0, 0, 2], [70, 50, 0]]
+    rels, out, run = labels_pack(tmp_path, lambda k: {"keypoints": points if k == 0 else [[1, 1, 2]] * 5})
+    run()
+    with feedline.open_dataset(str(out)) as ds:
+        assert ds.targets(0)["keypoints"] == [[float(v) for v in p] for p in points]
+    assert verify(str(out), mode="checksums").ok
+
+
+@pytest.mark.parametrize("point", [[64.001, 10, 2], [10, 48.001, 1], [64.5, 48.5, 2], [-0.001, 10, 2]])
+def test_a_labelled_keypoint_just_past_an_edge_is_refused(tmp_path, point):
+    rels, out, run = labels_pack(tmp_path, lambda k: {"keypoints": [[1, 1, 2], point] if k == 1 else [[1, 1, 2]] * 2})
+    with pytest.raises(PackError, match=rf"line 2 \({re.escape(rels[1])}\): keypoint 1 .* is labelled but outside "
+                                        r"its 64x48 \(WxH\) image"):
+        run()
+    assert not out.exists()

@@ -148,20 +148,35 @@ def test_named_labels_are_numbered_in_sorted_order(six, tmp_path):
         {r: ["cat", "dog", "emu"].index(n) for r, n in zip(rels, names, strict=True)}
 
 
-def test_unlisted_images_and_missing_rows_are_reported(six, tmp_path, caplog):
+@pytest.mark.parametrize("kind, unlisted, unit", [("csv", "not-in-labels-csv", "row"),
+                                                    ("jsonl", "not-in-labels-jsonl", "line")])
+def test_unlisted_images_and_missing_rows_are_reported_once(six, tmp_path, capsys, caplog, kind, unlisted, unit):
+    """Named for the labels file's kind, in OUT.errors.csv and once in what `feedline pack` says
+    (its summary), not a second time by the scan; a folder read as a store logs them."""
+    import json
+
+    from feedline.cli import main as cli_main
+    from feedline.stores import open_dataset
     src, rels = six
-    listed = rels[:4]
-    (tmp_path / "l.csv").write_text("".join(f"{r},1\n" for r in listed) + "class_000/gone.jpg,0\n")
+    listed = [*rels[:4], "class_000/gone.jpg"]
+    labels = tmp_path / f"l.{kind}"
+    labels.write_text("".join(f"{r},1\n" if kind == "csv" else json.dumps({"path": r, "label": 1}) + "\n"
+                              for r in listed))
     out = str(tmp_path / "o.lmdb")
     caplog.set_level(logging.WARNING)
-    report = pack(src, out, labels_csv=str(tmp_path / "l.csv"))
-    assert sorted(packed_paths(out)) == listed
-    assert report.found == 7 and report.packed == 4
-    rows = {r[0]: r[1] for r in report_rows(out)}
-    assert rows == {"class_000/gone.jpg": "missing", rels[4]: "not-in-labels-csv", rels[5]: "not-in-labels-csv"}
-    text = caplog.text
-    assert "2 file(s) (not-in-labels-csv) not packed" in text and rels[4] in text
-    assert "1 file(s) (missing) not packed: class_000/gone.jpg" in text
+    assert cli_main(["pack", str(src), out, "--labels", str(labels)]) == 0
+    assert sorted(packed_paths(out)) == listed[:4]
+    rows = {r[0]: r[1:] for r in report_rows(out)}
+    assert rows == {"class_000/gone.jpg": ["missing", f"listed in l.{kind} ({unit} 5), but there is no such file in "
+                                                      "the folder"],
+                    **{r: [unlisted, f"in the folder, but l.{kind} has no {unit} for it; not packed"] for r in rels[4:6]}}
+    said = capsys.readouterr().out + caplog.text
+    assert said.count(unlisted) == 1 and f"skipped: 3 (missing: 1, {unlisted}: 2)" in said
+    caplog.clear()
+    store = open_dataset(str(src), labels_csv=str(labels))
+    assert len(store) == 4
+    assert f"2 file(s) ({unlisted}) left out: {rels[4]}" in caplog.text
+    assert "1 file(s) (missing) left out: class_000/gone.jpg" in caplog.text
 
 
 @pytest.mark.parametrize("content, match", [

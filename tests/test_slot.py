@@ -1,4 +1,5 @@
-"""sources/slot.py: a Slot made whole, its numpy views the same memory as its tensors, and
+"""sources/slot.py: a Slot made whole, its numpy views (the consumer's labels and targets)
+the same memory as its tensors, and
 what loading a plan and substituting a record change (nothing else)."""
 from __future__ import annotations
 
@@ -22,23 +23,22 @@ def staging(n=4, size=(6, 5), targets=None) -> Slot:
 
 def test_the_numpy_views_are_the_slots_memory():
     slot = staging(targets={"target": torch.zeros(4, 2)})
-    slot.image_rows[2, 1, 1] = 9
+    slot.label_rows[2] = 9
     slot.target_rows["target"][3] = 1.5
-    assert int(slot.images[2, 1, 1, 0]) == 9 and float(slot.targets["target"][3, 0]) == 1.5
-    assert slot.label_rows.base is not None and slot.size == (6, 5)
+    assert int(slot.labels[2]) == 9 and float(slot.targets["target"][3, 0]) == 1.5
+    assert slot.size == (6, 5)
 
 
-def test_pixels_on_a_device_or_in_another_layout_get_no_row_views():
-    nchw = Slot(0, torch.zeros((2, 3, 4, 4)), torch.zeros(2, dtype=torch.int64), None, (4, 4))
+def test_tensors_on_a_device_get_no_row_views():
     meta = Slot(0, torch.zeros((2, 4, 4, 3), dtype=torch.uint8, device="meta"),
-                torch.zeros(2, dtype=torch.int64, device="meta"), None, (4, 4))
-    assert nchw.image_rows is None and meta.image_rows is None and meta.label_rows is None
+                torch.zeros(2, dtype=torch.int64, device="meta"), {"target": torch.zeros(2, device="meta")}, (4, 4))
+    assert meta.label_rows is None and meta.target_rows is None
 
 
-def test_loading_a_plan_writes_its_labels_and_keeps_its_parameters():
-    slot, plan, drawn = staging(), plan_of([5, 6, 7]), object()
-    slot.load(plan, drawn)
-    assert slot.plan is plan and slot.drawn is drawn and len(slot) == 3
+def test_loading_a_plan_writes_its_labels():
+    slot, plan = staging(), plan_of([5, 6, 7])
+    slot.load(plan)
+    assert slot.plan is plan and len(slot) == 3
     assert slot.labels.tolist() == [5, 6, 7, -7]   # a short batch leaves the rest as it was
     assert slot.decoded.tolist() == [10, 11, 12]
     slot.decoded[0] = 99

@@ -93,9 +93,10 @@ LAYERS = [
                      "feedline.urls"]),
     ("stores and decoders", ["feedline.stores", "feedline.decoders", "feedline.selection"]),
     ("transforms", ["feedline.transforms"]),
-    ("converters and tools", ["converters", "feedline.verify", "feedline.describe"]),
+    ("converters and tools", ["converters", "feedline.verify", "feedline.describe", "feedline.show"]),
     ("sources", ["feedline.sources"]),
-    ("loader", ["feedline.loader", "feedline.memory", "feedline.keywords"]),   # memory asks the engines for their buffers' bytes
+    ("loader", ["feedline.loader", "feedline.position", "feedline.keywords", "feedline.seeds",
+                "feedline.loader_surface"]),
     ("trainer", ["feedline.train"]),
     ("cli", ["feedline.cli", "feedline.__main__"]),
 ]

@@ -26,12 +26,11 @@ def test_a_label_only_store_gets_its_labels_and_no_targets(packed_lmdb):
     import numpy as np
     import torch
     from feedline import open_dataset
-    from feedline.config import LoaderConfig, OutputSpec
     from feedline.plan import BatchPlan
     from feedline.sources.slot import Slot
     from feedline.sources.target_batches import batch_targets, plan_targets, substitute_targets, target_spec
     store = open_dataset(str(packed_lmdb))
-    assert target_spec(store, LoaderConfig(batch_size=4, output=OutputSpec(device="cpu"))) is None
+    assert target_spec(store, 4, 0.25) is None
     slot = Slot(0, torch.zeros((4, 2, 2, 3), dtype=torch.uint8), torch.zeros(4, dtype=torch.int64), None, (2, 2),
                 plan=BatchPlan(0, 0, np.arange(3), np.zeros((3, 4), np.int64), np.zeros(3, bool), np.arange(3)))
     plan_targets(None, slot)

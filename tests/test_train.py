@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -41,7 +42,7 @@ def _restore_torch_globals():
 @pytest.fixture(scope="module")
 def toy_run(toy, tmp_path_factory):
     out = tmp_path_factory.mktemp("toy_run")
-    rc = run([toy["train"], "--val", toy["val"], *FAST, "--epochs", "4", "--lr", "0.2",
+    rc = run([toy["train"], "--val", toy["val"], *FAST, "--epochs", "4", "--warmup-epochs", "1", "--lr", "0.2",
               "--synthetic-steps", "3", "--out", out])
     assert rc == 0
     return out
@@ -88,7 +89,7 @@ def test_hdf5_training_set(toy, tmp_path):
 
 
 def test_bf16_autocast_runs_on_cpu(toy, tmp_path):
-    rc = run([toy["train"], *FAST, "--epochs", "1", "--amp", "bf16", "--lr", "0.1",
+    rc = run([toy["train"], *FAST, "--epochs", "1", "--autocast", "bf16", "--lr", "0.1",
               "--synthetic-steps", "0", "--out", tmp_path])
     assert rc == 0
     assert events(tmp_path, "start")[0]["amp"] == "bf16"
@@ -101,8 +102,8 @@ def test_out_holding_a_run_is_refused_unless_resume_or_overwrite(tmp_path, capsy
     assert run(argv) == 0
     first = (tmp_path / "metrics.jsonl").read_text()
     line = one_line_error(capsys, argv)
-    assert f"--out {tmp_path} already holds a run (metrics.jsonl)" in line and "--resume" in line
-    assert "--overwrite" in line and (tmp_path / "metrics.jsonl").read_text() == first   # kept whole
+    assert f"--out {tmp_path} holds a run's log but no checkpoint (metrics.jsonl of a --synthetic run" in line
+    assert "nothing to resume; pass --overwrite" in line and (tmp_path / "metrics.jsonl").read_text() == first
     assert run([*argv, "--overwrite"]) == 0
     assert (tmp_path / "metrics.jsonl").read_text() != first
 
@@ -145,7 +146,7 @@ def test_resume_mid_epoch_equals_an_uninterrupted_run(toy, tmp_path):
     assert run([*common, "--out", tmp_path / "parts", "--max-steps", "4"]) == 0
     stopped = _weights(tmp_path / "parts")
     assert stopped["progress"]["epoch"] == 1 and stopped["progress"]["step"] == 4
-    assert stopped["loader"]["batch"] == 2
+    assert [s["batch"] for s in stopped["loader"]] == [2]   # every rank's loader state: one rank here
     assert run([*common, "--out", tmp_path / "parts", "--resume"]) == 0
     whole, parts = _weights(tmp_path / "whole"), _weights(tmp_path / "parts")
     assert parts["progress"] == whole["progress"]
@@ -168,12 +169,28 @@ def test_save_every_writes_mid_epoch_checkpoints(toy, tmp_path):
 def test_order_reaches_the_loader_and_resume_refuses_other_options(toy, tmp_path, capsys):
     common = [toy["train"], *FAST, "--epochs", "1", "--synthetic-steps", "0"]
     assert run([*common, "--order", "quasi-random", "--max-steps", "2", "--out", tmp_path]) == 0
-    assert _weights(tmp_path)["loader"]["order"] == "quasi-random"
+    assert _weights(tmp_path)["loader"][0]["order"] == "quasi-random"
     for other, said in ((["--seed", "5"], "--seed 0, this run has 5"),
                         ([], "--order quasi-random, this run has random")):
         err = one_line_error(capsys, [*common, *other, "--out", tmp_path, "--resume"])
         assert said in err
     assert run([*common, "--order", "quasi-random", "--out", tmp_path, "--resume"]) == 0
+
+
+def test_resume_on_other_ranks_needs_every_ranks_loader_state_and_the_same_data(toy, tmp_path, capsys):
+    common = [toy["train"], *FAST, "--epochs", "1", "--synthetic-steps", "0", "--out", tmp_path]
+    assert run([*common, "--max-steps", "2"]) == 0
+    path = os.path.join(tmp_path, "checkpoint.pt")
+    state = _weights(tmp_path)
+    assert state["train_records"] == 96 and len(state["loader"]) == 1
+    # As an older feedline wrote it on 2 ranks: rank 0's loader state alone.
+    checkpoint.save({**state, "world_size": 2, "loader": state["loader"][0]}, path)
+    err = one_line_error(capsys, [*common, "--resume"])
+    assert ("was written by 2 ranks without every rank's loader position (an older feedline), this run has 1; "
+            "resume with the same number of processes") in err
+    checkpoint.save({**state, "train_records": 95}, path)
+    assert "was trained on 95 images, the data has 96; resume on the same data set" in one_line_error(
+        capsys, [*common, "--resume"])
 
 
 # -- bad input -----------------------------------------------------------------------------
@@ -232,13 +249,37 @@ def test_unknown_model_name_is_a_train_error():
 
 
 def test_warmup_then_cosine():
-    assert warmup_steps_for(5, 100, 1000) == 200 and warmup_steps_for(5, 10, 1000) == 50
-    assert lr_at(0, 1.0, 4, 20) == pytest.approx(0.25)
-    assert lr_at(3, 1.0, 4, 20) == pytest.approx(1.0)
-    assert lr_at(12, 1.0, 4, 20) == pytest.approx(0.5)
+    """timm's: the warmup is as long as asked (5 epochs of 10 steps: 50, even in a 20-step run),
+    from 0 here (warmup_lr's default in lr_at), then cosine over the whole run."""
+    assert warmup_steps_for(5, 100) == 500 and warmup_steps_for(5, 10) == 50 and warmup_steps_for(0.5, 10) == 5
+    assert lr_at(0, 1.0, 4, 20) == pytest.approx(0.0)
+    assert lr_at(3, 1.0, 4, 20) == pytest.approx(0.75)
+    assert lr_at(10, 1.0, 4, 20) == pytest.approx(0.5)
     assert lr_at(20, 1.0, 4, 20) == pytest.approx(0.0)
     lrs = [lr_at(s, 1.0, 4, 20) for s in range(4, 20)]
     assert lrs == sorted(lrs, reverse=True)
+
+
+def test_the_start_line_says_the_optimizer_the_warmup_and_the_autocast(toy, tmp_path, caplog):
+    """A warmup as long as the run is kept (timm's) and said: the rate never reaches --lr."""
+    with caplog.at_level(logging.INFO, logger="feedline.train"):
+        assert run([toy["train"], *FAST, "--epochs", "1", "--lr", "0.1", "--synthetic-steps", "0",
+                    "--out", tmp_path]) == 0
+    start = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("training tiny"))
+    assert ("sgd (Nesterov momentum 0.9, weight decay 2e-05); lr 0.1 after 5 warmup epoch(s) (30 steps) from "
+            "1e-05, cosine to 0; autocast off (float32)") in start
+    assert "--warmup-epochs 5 is as long as the run's 1 epoch(s): the learning rate never reaches its peak" in caplog.text
+    assert events(tmp_path, "start")[0]["warmup_steps"] == 30
+    assert events(tmp_path, "epoch")[0]["lr"] == pytest.approx(1e-5 + 5 * (0.1 - 1e-5) / 30)   # the last of 6 steps
+
+
+def test_the_cooldown_trains_more_epochs_at_the_min_lr(toy, tmp_path):
+    """timm's --cooldown-epochs: --epochs of warmup and cosine, then N more at --min-lr."""
+    assert run([toy["train"], *FAST, "--epochs", "1", "--cooldown-epochs", "1", "--min-lr", "0.001",
+                "--warmup-epochs", "0", "--lr", "0.1", "--synthetic-steps", "0", "--out", tmp_path]) == 0
+    epochs = events(tmp_path, "epoch")
+    assert [e["epoch"] for e in epochs] == [1, 2] and epochs[1]["lr"] == pytest.approx(0.001)
+    assert epochs[0]["lr"] == pytest.approx(0.001 + 0.0495 * (1 + math.cos(math.pi * 5 / 6)))
 
 
 # -- bad records ---------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from test_train_helpers import FAST, REPO, events, pack, subprocess_env, two_cla
 from feedline.choices import Choice, Engine, OnError, Order
 from feedline.flags import add_dataclass_arguments, config_from_args
 from feedline.train import TrainConfig, TrainError
-from feedline.train.choices import Amp, Arch, parse_device
+from feedline.train.choices import Arch, Autocast, parse_device
 from feedline.train.command import add_arguments
 from feedline.train.config import option
 
@@ -96,9 +96,9 @@ def test_the_generator_on_a_small_dataclass():
 # -- Enums that take strings -----------------------------------------------------------
 
 def test_choices_are_enums_that_accept_their_strings(tmp_path):
-    cfg = TrainConfig(train=str(tmp_path), arch="TINY", amp="bf16", decoder="pil", on_error="raise",
+    cfg = TrainConfig(train=str(tmp_path), arch="TINY", autocast="bf16", decoder="pil", on_error="raise",
                       order="quasi-random")
-    assert cfg.arch is Arch.TINY and cfg.amp is Amp.BF16 and (cfg.engine, cfg.decoder) == (Engine.AUTO, "pil")
+    assert cfg.arch is Arch.TINY and cfg.autocast is Autocast.BF16 and (cfg.engine, cfg.decoder) == (Engine.AUTO, "pil")
     assert cfg.on_error is OnError.RAISE and cfg.order is Order.QUASI_RANDOM
     assert cfg.arch == "tiny"  # still a string
     plain = cfg.to_dict()
@@ -108,7 +108,8 @@ def test_choices_are_enums_that_accept_their_strings(tmp_path):
 
 
 @pytest.mark.parametrize("field, value, allowed", [
-    ("arch", "vgg16", "'resnet18', 'resnet50', 'tiny'"), ("amp", "fp8", "'auto', 'bf16', 'fp16', 'off'"),
+    ("arch", "vgg16", "'resnet18', 'resnet50', 'tiny'"), ("autocast", "fp8", "'auto', 'bf16', 'fp16', 'off'"),
+    ("amp_dtype", "half", "'float16', 'bfloat16'"),
     ("on_error", "skip", "'raise', 'substitute'"), ("order", "shuffled", "'sequential', 'random', 'quasi-random', 'shards'")])
 def test_a_bad_choice_names_the_flag_and_the_allowed_values(tmp_path, field, value, allowed):
     with pytest.raises(TrainError) as err:

@@ -23,6 +23,6 @@ def test_auto_threads_take_this_ranks_share_of_the_node_cores(packed_lmdb, monke
             cfg = TrainConfig(synthetic=True, size=32, batch_size=4, device="cpu", engine="threads",
                               decoder="opencv", threads=threads)
             loader = make_loader(store, cfg, info, torch.float32, train=True)
-            assert loader.config.num_threads == expected, threads
+            assert loader.config.num_workers == expected, threads
             assert (loader.config.rank, loader.config.world_size) == (1, 2)
             loader.close()

@@ -84,6 +84,30 @@ def test_sigterm_ends_the_run_with_one_line_that_names_the_checkpoint(data, tmp_
     assert not [f for f in os.listdir(out) if ".tmp-" in f]
 
 
+def test_an_interrupt_before_the_first_checkpoint_says_the_way_out_and_it_works(data, tmp_path):
+    """Ctrl-C in the first epoch leaves a log and no checkpoint: the interrupted run, a rerun
+    and a rerun with --resume each name --overwrite, which starts afresh."""
+    out = tmp_path / "run"
+    job = Job(feedline_train(data, *FAST, *LONG, "--out", out), tmp_path / "run.log")
+    deadline = time.monotonic() + 60
+    while "epoch 1 step 1 " not in job.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    job.proc.send_signal(signal.SIGINT)
+    assert job.wait(30) == 130
+    said = job.output()
+    assert "interrupted at epoch 1, step " in said and "no checkpoint was saved by this run yet" in said
+    assert "run the same command again with --overwrite to start afresh" in said
+    assert sorted(os.listdir(out)) == ["metrics.jsonl"]
+    again = Job(feedline_train(data, *FAST, *LONG, "--out", out), tmp_path / "again.log")
+    assert again.wait(60) == 2 and "holds a run's log but no checkpoint" in again.output()
+    resumed = Job(feedline_train(data, *FAST, *LONG, "--out", out, "--resume"), tmp_path / "resumed.log")
+    assert resumed.wait(60) == 2
+    assert "start it afresh with --overwrite instead of --resume" in resumed.output()
+    fresh = Job(feedline_train(data, *FAST, *LONG, "--out", out, "--overwrite", "--max-steps", 2), tmp_path / "fresh.log")
+    assert fresh.wait(60) == 0, fresh.output()[-3000:]
+    assert checkpoint.load(str(out / "checkpoint.pt"))["progress"]["step"] == 2
+
+
 # -- torchrun: a rank dies, a node dies, a node hangs ------------------------------------
 
 def test_a_rank_killed_under_torchrun_ends_the_job_and_resume_continues(data, tmp_path):

@@ -38,10 +38,13 @@ def test_the_flags_make_the_loader_arguments():
                       cutmix=1.0, mixup_prob=0.9, mixup_switch_prob=0.4, mixup_mode="pair", label_smoothing=0.1,
                       size=64, size_start=32, size_ramp_epochs=4, eval_size=96)
     train = loader_options(cfg, True, 10)
-    ra, jitter = train["transforms"].transforms
+    (ra,) = train["transforms"].transforms   # timm: --color-jitter only without --aa
     assert isinstance(ra, TimmRandAugment) and ra.config.magnitude == 9 and ra.config.increasing
     assert ra.config.magnitude_std == 0.5 and ra.img_mean == (124, 116, 104)  # timm's fill: the mean in pixels
-    assert isinstance(jitter, ColorJitter)
+    (jitter,) = loader_options(TrainConfig(synthetic=True, color_jitter=0.3), True, 10)["transforms"].transforms
+    assert isinstance(jitter, ColorJitter) and jitter.brightness == pytest.approx((0.7, 1.3)) and jitter.hue is None
+    (default,) = loader_options(TrainConfig(synthetic=True), True, 10)["transforms"].transforms   # timm's 0.4
+    assert default.saturation == pytest.approx((0.6, 1.4))
     erase, mix = train["transforms"].batch_transforms  # erasing on the normalized batch, then mixing: timm's order
     assert isinstance(erase, TimmRandomErasing) and (erase.probability, erase.mode) == (0.25, "pixel")
     assert isinstance(mix, Mixup) and mix.mode == "pair"

@@ -1,7 +1,7 @@
 """The two training paths that only the two-process DDP tests touched (issue 23, item 7), pinned
 in one process on the CPU:
 
-- the gradient scaler exists if and only if --amp fp16 is asked for, and it scales every
+- the gradient scaler exists if and only if fp16 is asked for (--autocast fp16 or timm's --amp), and it scales every
   micro-step's loss, then steps and updates once per optimizer step (torch.amp.GradScaler
   has a CPU implementation: the scale doubling at each clean update counts the updates);
 - with k accumulation steps over n micro-batches the optimizer and the schedule step n/k
@@ -68,10 +68,12 @@ def run_epoch(runner: StepRunner, folder: str, batch_size: int, accum_steps: int
                        device=torch.device("cpu"), log_every=1000)
 
 
-@pytest.mark.parametrize("amp, scaled", [("fp16", True), ("bf16", False), ("off", False), ("auto", False)])
-def test_the_scaler_exists_if_and_only_if_fp16_is_asked_for(amp, scaled):
-    cfg = TrainConfig(synthetic=True, amp=amp, device="cpu", arch="tiny")
-    mode = resolve_amp(cfg.amp, torch.device("cpu"))
+@pytest.mark.parametrize("flags, scaled", [({"autocast": "fp16"}, True), ({"autocast": "bf16"}, False),
+                                           ({"autocast": "off"}, False), ({"autocast": "auto"}, False),
+                                           ({"amp": True}, True), ({"amp": True, "amp_dtype": "bfloat16"}, False)])
+def test_the_scaler_exists_if_and_only_if_fp16_is_asked_for(flags, scaled):
+    cfg = TrainConfig(synthetic=True, device="cpu", arch="tiny", **flags)
+    mode = resolve_amp(cfg.precision, torch.device("cpu"))
     runner = build_runner(no_bn_net(), cfg, DistInfo(), mode, lr=0.1, warmup_steps=0, total_steps=10)
     assert isinstance(runner.scaler, torch.amp.GradScaler) is scaled
     assert (mode.dtype is torch.float16) is scaled
@@ -79,7 +81,7 @@ def test_the_scaler_exists_if_and_only_if_fp16_is_asked_for(amp, scaled):
 
 @pytest.mark.parametrize("accum_steps", [1, 2, 3, 4])
 def test_the_scaler_scales_every_micro_step_and_steps_and_updates_once_per_optimizer_step(folder, accum_steps):
-    cfg = TrainConfig(synthetic=True, amp="fp16", device="cpu", arch="tiny", accum_steps=accum_steps)
+    cfg = TrainConfig(synthetic=True, amp=True, device="cpu", arch="tiny", accum_steps=accum_steps)
     runner = build_runner(no_bn_net(), cfg, DistInfo(), Amp("cpu", torch.float16), lr=0.01, warmup_steps=0,
                           total_steps=N_MICRO)
     scaler = runner.scaler

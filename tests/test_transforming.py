@@ -31,10 +31,10 @@ def test_the_cuda_split_computes_what_the_host_computes(packed_lmdb):
             plain.store.labels, plain.store.sizes))
     out = OutputSpec(mean=None)
     a, ya = host_only.finish_pixels(pixels.clone(), labels.clone(), plan, out)
-    rows = pixels.permute(0, 2, 3, 1).numpy().copy()          # the decode threads' part ...
-    drawn = split.drawn(plan)
+    rows = pixels.permute(0, 2, 3, 1).numpy().copy()          # the workers' part ...
+    params = split.host.draw(5, plan.epoch, plan.indices)
     for j in range(len(rows)):
-        rows[j] = drawn.apply(j, rows[j])
+        rows[j] = split.host.apply_drawn(rows[j], params, j, 5, plan.epoch, int(plan.indices[j]))
     x = split.on_device(torch.from_numpy(rows).permute(0, 3, 1, 2), plan)   # ... then the side stream's
     b, yb = split.on_batch(x.contiguous(), labels.clone(), plan)
     assert torch.allclose(ya, yb)

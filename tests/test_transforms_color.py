@@ -58,3 +58,43 @@ def test_grayscale_matches_pil_convert_l():
         assert diff(op.apply_cpu(img, {"apply": True}), ref).max() <= 1
         assert diff(batched(lambda x: op.apply_torch(x, {"apply": np.array([True])}), img), ref).max() <= 1
         assert op.apply_cpu(img, {"apply": False}) is img
+
+
+def test_the_luma_is_the_float32_sum_of_the_weighted_channels():
+    """Every (r, g) pair with a spread of b: the table path floors ((r * 0.2989) + g * 0.587) +
+    b * 0.114 in float32, exactly as the batch computes it."""
+    r, g, b = np.meshgrid(np.arange(256), np.arange(256), np.arange(0, 256, 17), indexing="ij")
+    img = np.stack([r, g, b], -1).reshape(256, -1, 3).astype(np.uint8)
+    f = img.astype(np.float32)
+    want = ((f[..., 0] * color.GRAY[0] + f[..., 1] * color.GRAY[1]) + f[..., 2] * color.GRAY[2]).astype(np.uint8)
+    assert np.array_equal(color.gray_floor_np(img), want)
+    assert np.array_equal(batched(color.grayscale_t, img)[..., 0], want)
+
+
+ONE_IMAGE_OPS = {"brightness": (color.brightness_np, color.brightness_t),
+                 "contrast": (color.contrast_np, color.contrast_t),
+                 "saturation": (color.saturation_np, color.saturation_t),
+                 "sharpness": (color.sharpness_np, color.sharpness_t)}
+
+
+@pytest.mark.parametrize("name", sorted(ONE_IMAGE_OPS))
+def test_one_image_and_a_batch_give_the_same_pixels(name):
+    """The same float32 steps on both sides, at RandAugment's, timm's and ColorJitter's factors."""
+    one_fn, batch_fn = ONE_IMAGE_OPS[name]
+    for i, (h, w) in enumerate([(224, 224), (37, 53)]):
+        img = oracle.photo(i, h, w)
+        for factor in (0.1, 0.37, 0.73, 1.0, 1.27, 1.6, 1.9, 2.5):
+            assert np.array_equal(one_fn(img, factor), batched(lambda x: batch_fn(x, np.array([factor])), img)), \
+                (name, h, w, factor)
+
+
+def test_grayscale_one_image_and_a_batch_give_the_same_pixels():
+    img = oracle.photo(2, 224, 224)
+    assert np.array_equal(color.grayscale_np(img), batched(color.grayscale_t, img))
+
+
+def test_hue_one_image_and_a_batch_agree_to_a_level():
+    img = oracle.photo(0, 224, 224)
+    for shift in (-0.5, -0.21, 0.05, 0.33):
+        d = diff(color.hue_np(img, shift), batched(color.hue_t, img, np.array([shift])))
+        assert d.max() <= 1 and (d > 0).mean() < 0.01

@@ -55,3 +55,21 @@ def test_a_flat_channel_stays_as_it_is():
     for name in ("autocontrast", "equalize"):
         assert np.array_equal(getattr(tone, f"{name}_np")(flat), flat)
         assert np.array_equal(batched(getattr(tone, f"{name}_t"), flat), flat)
+
+
+@pytest.mark.parametrize("h,w", [(224, 224), (37, 53)])
+def test_one_image_and_a_batch_give_the_same_pixels(h, w):
+    img = oracle.photo(1, h, w)
+    cases = [(tone.autocontrast_np, tone.autocontrast_t, ()), (tone.equalize_np, tone.equalize_t, ())]
+    cases += [(tone.posterize_np, tone.posterize_t, (bits,)) for bits in (0, 1, 4, 7)]
+    cases += [(tone.solarize_np, tone.solarize_t, (t,)) for t in (0.0, 76.5, 128.0, 255.0, 256.0)]
+    for one_fn, batch_fn, args in cases:
+        want = batched(batch_fn, img, *[[a] for a in args])
+        assert np.array_equal(one_fn(img, *args), want), (one_fn.__name__, args)
+
+
+def test_solarize_add_and_invert_are_tables_of_the_values():
+    values = np.arange(256, dtype=np.uint8).reshape(16, 16, 1).repeat(3, axis=2)
+    added = tone.solarize_add_np(values, 110.0)[..., 0].ravel().astype(int)
+    assert list(added[:128]) == list(range(110, 238)) and list(added[128:]) == list(range(128, 256))
+    assert np.array_equal(tone.invert_np(values), 255 - values)

@@ -269,3 +269,50 @@ def test_counts_problems_and_progress_add_up_over_every_chunk(many):
     assert not dec.waited_in_vain, "progress was not reported as the first chunk finished"
     (thread,) = dec.threads   # --jobs 1: one thread, named for py-spy and thread dumps
     assert thread.startswith("feedline-verify")
+
+
+# -- boxes and keypoints exactly on the image's right or bottom edge, and just past it -------
+
+def _with_targets(tmp_path, fields: dict, columns: dict[str, np.ndarray]) -> str:
+    """A packed store of two 64 x 48 (width x height) photos whose target columns are then
+    written over with ``columns`` (values pack itself refuses or clips), as damage would."""
+    import lmdb
+
+    from feedline.format import LMDB_COLUMN_PREFIX
+    src = tmp_path / "src"
+    make_photo_folder(str(src), n=2, classes=1, seed=4, sizes=[(64, 48)])
+    rels = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.jpg"))
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"path": r, **fields}) + "\n" for r in rels))
+    out = str(tmp_path / "o.lmdb")
+    pack(str(src), out, PackOptions(labels_csv=str(labels), progress=False))
+    env = lmdb.open(out, subdir=False, lock=False)
+    with env.begin(write=True) as txn:
+        for name, values in columns.items():
+            txn.put(LMDB_COLUMN_PREFIX + name.encode(), values.tobytes())
+    env.close()
+    return out
+
+
+def test_verify_passes_boxes_ending_on_the_edges_and_flags_those_starting_there(tmp_path):
+    boxes = np.array([[0, 0, 64, 48], [54, 38, 64, 48],          # record 0: to the right and bottom edges
+                      [64, 0, 70, 10], [0, 48, 10, 50],          # record 1: starting on them: nothing inside
+                      [64.25, 0, 70, 10]], dtype=np.float32)     # record 1: just past
+    out = _with_targets(tmp_path, {"boxes": [[1, 1, 9, 9, "car"]] * 3},   # max 3 per record
+                        {"box_offsets": np.array([0, 2, 5], dtype=np.int64), "box_coords": boxes.reshape(-1),
+                         "box_classes": np.zeros(5, dtype=np.int32)})
+    result = verify(out, mode="checksums")
+    assert [(p.index, p.problem) for p in result.problems] == [
+        (1, f"box {k} {[*boxes[2 + k].tolist(), 0]}: wholly outside its 64x48 (WxH) image as packed (turned by its "
+            "EXIF orientation, if it had one)") for k in range(3)]
+
+
+def test_verify_passes_keypoints_on_the_edges_and_flags_those_just_past(tmp_path):
+    points = np.array([[[64, 48, 2], [64, 0, 1], [0, 48, 2]],             # record 0: on the edges
+                       [[64.25, 10, 2], [10, 48.25, 1], [70, 50, 0]]],    # record 1: just past; not labelled
+                      dtype=np.float32)
+    out = _with_targets(tmp_path, {"keypoints": [[1, 1, 2]] * 3}, {"keypoints": points.reshape(-1)})
+    result = verify(out, mode="checksums")
+    assert [(p.index, p.problem) for p in result.problems] == [
+        (1, f"keypoint {k} {points[1, k].tolist()} is labelled but outside its 64x48 (WxH) image as packed "
+            "(turned by its EXIF orientation, if it had one)") for k in range(2)]

@@ -1,56 +1,63 @@
-"""One worker's fill, called in this process: rows written, a bad record reported with its
-row, an abandoned run skipped."""
+"""sources/worker_process.py: what crosses from a worker process to the consumer. An error
+that pickles and unpickles as itself arrives as itself, with the worker's traceback as a
+note; one that does not (an __init__ that takes other arguments) arrives as a WorkerRaised
+naming its type, with its message and the traceback; end to end, the record is named too."""
 from __future__ import annotations
 
-import numpy as np
+import pickle
 
-from feedline import open_dataset
-from feedline.augment import AugmentSpec
-from feedline.choices import Order
-from feedline.decoders import get_decoder
-from feedline.decoders.base import Box
-from feedline.plan import EpochPlan
-from feedline.sources.shared_rows import Arena, RowFormat, RowWriter
-from feedline.sources.worker_process import IDLE, Chunk, WorkerSetup, fill
+import pytest
 
-EPOCH = EpochPlan(AugmentSpec(size=(24, 24)), seed=5, epoch=0, order=Order.RANDOM, batch_size=4, drop_last=False)
+from feedline import FeedLoader
+from feedline.errors import ChecksumError, WorkerRaised
+from feedline.sources.fill import ChunkDone, Failure, Substituted
+from feedline.sources.worker_process import crossing, portable_error
 
 
-def setting(packed_lmdb, substitute=False):
-    store = open_dataset(str(packed_lmdb))
-    decoder = get_decoder("simplejpeg")
-    plan = next(EPOCH.batches(store.labels, store.sizes))
-    fmt = RowFormat(4, (24, 24))
-    rows = RowWriter(fmt, Arena(fmt.nbytes).memory)
-    control = np.zeros(2, dtype=np.int64)
-    setup = WorkerSetup(store, decoder, None, 5, substitute, 0)
-    return store, decoder, plan, rows, control, setup
+class TwoArguments(Exception):
+    def __init__(self, what, where):
+        super().__init__(f"{what} at {where}")
 
 
-def chunk_of(plan, first, generation=0, indices=None):
-    indices = plan.indices[first:] if indices is None else np.asarray(indices, dtype=np.int64)
-    return Chunk(7, generation, 0, first, 0, indices, plan.boxes[first:], plan.flips[first:], EPOCH.spec)
+def raised(error):
+    try:
+        raise error
+    except Exception as exc:
+        return exc
 
 
-def test_rows_are_written_from_first_on(packed_lmdb):
-    store, decoder, plan, rows, control, setup = setting(packed_lmdb)
-    done = fill(chunk_of(plan, 2), setup, rows, control[1:], control)
-    assert done.ticket == 7 and done.error is None and done.substitutes == ()
-    expected = np.empty((24, 24, 3), dtype=np.uint8)
-    decoder.decode_into(store.read_checked(int(plan.indices[3])), Box(*plan.boxes[3]), bool(plan.flips[3]), expected)
-    assert np.array_equal(rows.rows[3], expected) and not rows.rows[:2].any()
-    assert control[1] == IDLE
+def test_an_error_that_unpickles_crosses_as_itself_with_the_workers_traceback():
+    error = portable_error(raised(ChecksumError("bytes changed", "a.lmdb", 3, "x.jpg", detail="stored 1")))
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is ChecksumError and (back.index, back.path, back.detail) == (3, "x.jpg", "stored 1")
+    assert "the worker's traceback" in back.__notes__[0] and "in raised" in back.__notes__[0]
 
 
-def test_a_bad_record_is_reported_with_its_row(packed_lmdb):
-    store, decoder, plan, rows, control, setup = setting(packed_lmdb)
-    done = fill(chunk_of(plan, 2, indices=[plan.indices[2], len(store) + 5]), setup, rows, control[1:], control)
-    row, error, bad_record = done.error
-    assert row == 3 and bad_record and control[1] == IDLE
+def test_an_error_that_does_not_unpickle_crosses_as_a_stand_in_naming_it():
+    error = portable_error(raised(TwoArguments("the user's bug", "row 3")))
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is WorkerRaised and back.type_name.endswith("TwoArguments")
+    assert "TwoArguments: the user's bug at row 3" in str(back) and "in raised" in back.__notes__[0]
 
 
-def test_an_abandoned_run_is_skipped(packed_lmdb):
-    store, decoder, plan, rows, control, setup = setting(packed_lmdb)
-    control[0] = 1   # a newer run began
-    done = fill(chunk_of(plan, 0, generation=0), setup, rows, control[1:], control)
-    assert done.error is None and not rows.rows.any()
+def test_each_error_of_an_answer_is_made_portable():
+    done = ChunkDone(4, substituted=(Substituted(1, raised(TwoArguments("a", "b")), 7, (0, 0, 4, 4), False),),
+                     failure=Failure(2, raised(TwoArguments("c", "d")), bad_record=False))
+    back = pickle.loads(pickle.dumps(crossing(done)))
+    assert [type(s.error) for s in back.substituted] == [WorkerRaised] and back.substituted[0].index == 7
+    assert type(back.failure.error) is WorkerRaised and back.failure.row == 2
+
+
+def raises_two_arguments(image, rng):
+    raise TwoArguments("the user's bug", "this sample")
+
+
+def test_a_users_exception_that_does_not_unpickle_reaches_the_consumer_whole(packed_lmdb):
+    with FeedLoader(str(packed_lmdb), batch_size=4, size=16, num_workers=1, device="cpu", engine="processes",
+                    shuffle=False, transforms=[raises_two_arguments]) as loader:
+        with pytest.raises(WorkerRaised) as info:
+            next(iter(loader))
+        path = loader.store.path(0)
+    notes = "\n".join(info.value.__notes__)
+    assert "TwoArguments: the user's bug at this sample" in str(info.value)
+    assert "in raises_two_arguments" in notes and f"on record 0 ({path})" in notes

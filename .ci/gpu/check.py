@@ -2,22 +2,30 @@
 stages of plan.py in order of value, each under a hard cap, the results under $OUT after
 every stage.
 
-    check.sh --budget-s 470              # the core call (no DALI)
-    check.sh --call dali --budget-s 200  # the optional DALI call, once its bundles arrived
+    check.sh --budget-s 270                                          # the core call (no DALI)
+    check.sh --budget-s 270 --only-failed /var/tmp/feedline-gpu/summary.json   # its rerun
+    check.sh --call dali --budget-s 200                              # the optional DALI call
 
 Every stage's command runs in its own process group (procs.py): on its cap the whole group
 is killed, and so is anything that still carries the stage's marker, so nothing runs on
-into the next stage. A crash is reported as "crashed" with its signal and last lines,
-and the next stage runs. After each stage, WORK/stages/<call>.<stage>.json is written,
-then summary.json and gpu-results.tar.gz are rewritten into $OUT, so a call stopped at its
-limit still returns everything finished.
+into the next stage; a process that even SIGKILL does not end (stuck in the driver) is
+abandoned and the next stage runs. A crash is reported as "crashed" with its signal and
+last lines. After each stage, WORK/stages/<call>.<stage>.json is written, then
+summary.json (in WORK and $OUT) and gpu-results.tar.gz ($OUT), so a call stopped at its
+limit still returns everything finished. The benchmarks also rewrite their JSON after
+every row and repeat, so a stage stopped at its cap keeps what it measured.
+
+Without CUDA (`make gpu-rehearsal` here), every stage still runs as far as it can: setup
+and data for real, the others up to where they need the device, where they end "skipped"
+with the reason "no CUDA device"; the check then exits with 3.
+
+--only-failed SUMMARY reruns the stages whose status in SUMMARY is not "ok" (setup always
+runs: it is quick when the wheels are installed); the others keep their results.
 
 The carried wheels go into a --target folder first on PYTHONPATH (install.py says why);
 feedline itself is not installed: the repository root is on PYTHONPATH and a `feedline`
-command is on PATH.
-
---dry-run (`make gpu-dry-run`, dryrun.py) runs the same plan here with stand-ins for the
-stages that need a GPU.
+command is on PATH. --dry-run (`make gpu-dry-run`, dryrun.py) runs the plan here with
+stand-ins for the stages.
 """
 from __future__ import annotations
 
@@ -41,22 +49,20 @@ import procs  # noqa: E402
 import pytest_runs  # noqa: E402
 import summary  # noqa: E402
 
-NO_CUDA = 3
-PHOTOS = 4096
+NO_CUDA = 3          # a stage's command says so by this exit code; the check's own exit code without CUDA
+NO_CUDA_REASON = "no CUDA device"
+DATA = ["--per-core", "128", "--repeats", "8"]   # 2,048 photos on 16 cores, 16,384 records
 BENCH = {  # stage -> (script, JSON name, arguments besides --data/--out, sized to fit the caps)
     "loader": ("bench/gpu/loader_img_s.py", "loader_img_s.json",
-               ["--batches", "20", "--repeats", "2", "--gil-seconds", "3"]),
+               ["--batches", "24", "--repeats", "2", "--gil-seconds", "3"]),
     "prefetch": ("bench/gpu/prefetch_overlap.py", "prefetch_overlap.json", ["--steps", "30"]),
-    "gpu_decode": ("bench/gpu/gpu_decode.py", "gpu_decode.json", ["--batches", "15", "--repeats", "2"]),
+    "gpu_whole_decode": ("bench/gpu/gpu_decode.py", "gpu_decode.json",
+                         ["--batches", "16", "--repeats", "2", "--no-dali"]),
     "resnet50": ("bench/gpu/resnet50.py", "resnet50.json", ["--epochs", "1"]),
-    "ddp": ("bench/gpu/ddp.py", "ddp.json", []),
-    "grid_splice": ("bench/gpu/grid_splice.py", "grid_splice.json", ["--images", "1024", "--repeats", "2"]),
-    # the worker engine's rows, the modes in order of value; a row is written as soon as it is measured
-    "scaling": ("bench/scaling.py", "scaling.json",
-                ["--engines", "processes", "--modes", "float,callable,recipe,uint8", "--workers", "16",
-                 "--seconds", "3"]),
+    "grid_splice": ("bench/gpu/grid_splice.py", "grid_splice.json", ["--images", "512", "--repeats", "2"]),
     "dali_decode": ("bench/gpu/gpu_decode.py", "gpu_decode_dali.json", ["--batches", "15", "--repeats", "2"]),
 }
+OWN_TIMEOUT = {"resnet50": 0.85, "loader": 0.9}   # share of the cap given as --timeout: they end in time, written
 
 
 class Check:
@@ -100,52 +106,66 @@ class Check:
         os.replace(tmp, path)
 
     def publish(self) -> None:
-        """summary.json and the results tarball, into the work folder and $OUT."""
+        """summary.json (into the work folder too, for --only-failed) and the results tarball."""
         try:
-            summary.write(self.stages, self.logs, self.work / "results", self.out)
+            path = summary.write(self.stages, self.logs, self.work / "results", self.out)
+            summary.atomic_write(self.work / "summary.json", path.read_text())
         except Exception:   # the stage files stay; the next stage's write tries again
             print(f"check: could not write the summary:\n{traceback.format_exc()}", flush=True)
 
-    # -- stages ------------------------------------------------------------------------
-    def setup(self, cap_s: float) -> dict:
-        return install.setup(self, cap_s)
+    def no_cuda(self) -> bool:
+        """The smoke stage found no CUDA device (unknown before it, or if it said nothing)."""
+        return self.info.get("available") is False
 
+    def outcome(self, stage: str, cmd: list[str], cap_s: float) -> dict:
+        """``cmd`` run as ``stage`` (or its stand-in); exit code NO_CUDA means it needs the device."""
+        result = self.run(self.command(stage, cmd, cap_s), cap_s, self.logs / f"{self.call}.{stage}.log").as_dict()
+        if result["status"] == "failed" and result["returncode"] == NO_CUDA:
+            result.update(status="skipped", reason=NO_CUDA_REASON)
+        return result
+
+    # -- stages ------------------------------------------------------------------------
     def smoke(self, cap_s: float) -> dict:
         out = self.work / "smoke.json"
         out.unlink(missing_ok=True)
         cmd = [self.python, str(HERE / "smoke.py"), "--out", str(out), "--child-cap-s", f"{max(3.0, cap_s / 3):.0f}"]
         if self.call == "dali":
             cmd.append("--dali")
-        outcome = self.run(self.command("smoke", cmd, cap_s), cap_s, self.logs / f"{self.call}.smoke.log")
+        result = self.outcome("smoke", cmd, cap_s)
         self.info = json.loads(out.read_text()) if out.is_file() else {}
-        result = {**outcome.as_dict(), **self.info}
-        if self.info and not self.info.get("region_decode_safe", True):
+        return {**result, **self.info, "status": result["status"]}
+
+    def after_smoke(self, result: dict) -> None:
+        """What the smoke test found that the later stages need (also from a kept result)."""
+        self.info = {k: v for k, v in result.items() if k not in ("status", "tail", "reason")}
+        if result.get("region_decode_safe") is False:
             self.env["FEEDLINE_GPU_REGION_DECODE"] = "0"   # gpu_region: whole images, cropped on the GPU
             result["set"] = "FEEDLINE_GPU_REGION_DECODE=0 for every later stage"
-        return result
 
     def data_stage(self, cap_s: float) -> dict:
-        cmd = [self.python, "bench/gpu/photos.py", "--n", str(PHOTOS), "--out", str(self.work / "data")]
-        outcome = self.run(self.command("data", cmd, cap_s), cap_s, self.logs / f"{self.call}.data.log")
+        cmd = [self.python, "bench/gpu/photos.py", *DATA, "--out", str(self.work / "data")]
+        result = self.outcome("data", cmd, cap_s)
         lines = [x for x in (self.logs / f"{self.call}.data.log").read_text(errors="replace").splitlines()
                  if x.startswith("{")]
-        self.data = json.loads(lines[-1]) if outcome.status == "ok" and lines else {}
-        return {**outcome.as_dict(), **self.data}
+        self.data = json.loads(lines[-1]) if result["status"] == "ok" and lines else {}
+        return {**result, **self.data}
 
     def tests_stage(self, cap_s: float, marker: str) -> dict:
-        files = pytest_runs.files_marked(self.tests, marker)
-        return {"marker": marker, **pytest_runs.run_files(
-            lambda cmd, cap, log: self.run(self.command(self.stage_now, cmd, cap), cap, log), self.python, files,
-            marker, cap_s, time.monotonic, self.logs, per_test_s=max(5.0, 30 * self.scale))}
-
-    def rest(self, cap_s: float) -> dict:
-        if self.call != "core":
-            return {"status": "ok", "note": "nothing planned"}
-        env = dict(self.env, CUDA_VISIBLE_DEVICES="")   # the CPU suite must not take the GPU (NCCL ranks on it)
-        row = pytest_runs.run_file(
-            lambda cmd, cap, log: self.run(self.command(REST_STAGE, cmd, cap), cap, log, env=env), self.python,
-            self.tests, "not cuda", cap_s, max(5.0, 30 * self.scale), self.logs)
-        return {"marker": "not cuda", "cuda_hidden": True, **row}
+        """One process per test file (a crash loses its file alone); without CUDA, where every
+        test skips, all in one process: each file collects, or the stage fails."""
+        files = pytest_runs.files_marked(self.tests, marker.split()[0], leave_out_module_mark="dali"
+                                         if "not dali" in marker else None)
+        run = lambda cmd, cap, log: self.run(self.command(self.stage_now, cmd, cap), cap, log)  # noqa: E731
+        per_test_s = max(5.0, 30 * self.scale)
+        if self.no_cuda():
+            result = pytest_runs.run_together(run, self.python, files, marker, cap_s, per_test_s, self.logs)
+        else:
+            result = pytest_runs.run_files(run, self.python, files, marker, cap_s, time.monotonic, self.logs,
+                                           per_test_s=per_test_s)
+        if result["status"] == "ok" and self.no_cuda() and not result["passed"] and not result["failed"]:
+            result.update(status="skipped", reason=f"{NO_CUDA_REASON}: {result['skipped']} tests in {len(files)} "
+                                                   "files collected, all skipped")
+        return {"marker": marker, **result}
 
     def bench(self, stage: str, cap_s: float) -> dict:
         script, name, extra = BENCH[stage]
@@ -153,26 +173,18 @@ class Check:
         out.parent.mkdir(exist_ok=True)
         out.unlink(missing_ok=True)
         cmd = [self.python, script, "--out", str(out), *extra]
-        packed = self.data.get("packed", str(self.work / "data" / f"photos-{PHOTOS}.lmdb"))
-        if stage == "scaling":
-            cmd += ["--store", packed]
-        elif stage != "prefetch":
-            cmd += ["--data", packed]
+        if stage != "prefetch":
+            cmd += ["--data", self.data.get("packed") or str(self.work / "data" / "missing.lmdb")]
         if stage == "loader":
-            cmd += ["--folder", self.data.get("folder", str(self.work / "data" / f"photos-{PHOTOS}"))]
-        if stage in ("resnet50", "ddp", "loader"):   # their own timeout inside the cap, so they write their JSON
-            share = {"resnet50": 0.8, "ddp": 0.4, "loader": 0.9}[stage]
-            cmd += ["--timeout", f"{max(5.0, cap_s * share):.0f}"]
-        if stage == "ddp":
-            cmd += ["--nproc", str(self.info.get("gpus") or 1)]   # world size = the GPUs present
-        outcome = self.run(self.command(stage, cmd, cap_s), cap_s, self.logs / f"{self.call}.{stage}.log")
-        return {**outcome.as_dict(), "json": str(out) if out.is_file() else None}
+            cmd += ["--folder", self.data.get("folder") or str(self.work / "data" / "missing")]
+        if stage in OWN_TIMEOUT:   # their own timeout inside the cap, so they end with their JSON written
+            cmd += ["--timeout", f"{max(5.0, cap_s * OWN_TIMEOUT[stage]):.0f}"]
+        result = self.outcome(stage, cmd, cap_s)
+        return {**result, "json": str(out) if out.is_file() else None}
 
     def command(self, stage: str, cmd: list[str], cap_s: float) -> list[str]:
         """``cmd``, or in the dry run the stand-in for ``stage`` (dryrun.py)."""
-        if self.standins is None:
-            return cmd
-        behaviour = self.standins.get(stage)
+        behaviour = (self.standins or {}).get(stage)
         if behaviour is None:
             return cmd
         return [self.python, str(HERE / "dryrun.py"), "standin", behaviour, "--cap-s", f"{cap_s:.2f}",
@@ -180,66 +192,72 @@ class Check:
 
     def stage(self, name: str, cap_s: float) -> dict:
         if name == "setup":
-            return self.setup(cap_s)
+            return install.setup(self, cap_s)
         if name == "smoke":
             return self.smoke(cap_s)
         if name == "data":
             return self.data_stage(cap_s)
         if name == "cuda_tests":
-            return self.tests_stage(cap_s, "cuda")
+            return self.tests_stage(cap_s, "cuda and not dali")
         if name == "dali_tests":
             return self.tests_stage(cap_s, "dali")
-        if name == REST_STAGE:
-            return self.rest(cap_s)
         return self.bench(name, cap_s)
 
     # -- the plan ------------------------------------------------------------------------
-    def run_plan(self) -> int:
+    def run_plan(self, only_failed: Path | None = None) -> int:
         t0 = time.monotonic()
         deadline = t0 + self.budget_s
         names = list(self.caps)
         left_over = procs.sweep(self.marker, prefix=True)
         if left_over:
             print(f"check: killed {len(left_over)} processes an earlier check left running: {left_over}", flush=True)
+        kept = summary.kept_stages(only_failed, self.stages, self.call, names) if only_failed else {}
         for old in self.stages.glob(f"{self.call}.*.json"):   # a rerun of this call replaces its results
-            old.unlink()
+            if old.stem.split(".", 1)[1] not in kept:
+                old.unlink()
         print(plan.table(plan.CALLS[self.call], self.caps, self.budget_s), flush=True)
+        if kept:
+            print(f"check: --only-failed: keeping {', '.join(kept)} (ok before)", flush=True)
         self.save("plan", {"call": self.call, "budget_s": self.budget_s, "caps": self.caps, "scale": self.scale,
-                           "reserve_s": plan.RESERVE_S * self.scale, "stages": names,
+                           "reserve_s": plan.RESERVE_S * self.scale, "stages": names, "kept": list(kept),
                            "not_planned": [s.name for s in plan.CALLS[self.call] if s.name not in self.caps]})
-        code = 0
         for i, name in enumerate(names):
             self.stage_now = name
-            left = deadline - time.monotonic() - plan.RESERVE_S * self.scale
-            cap, why_not = plan.cap_now(self.call, self.caps, name, left, self.scale)
-            started = time.monotonic()
-            if code == NO_CUDA:
-                result = {"status": "skipped", "reason": "no CUDA device"}
-            elif why_not is not None:
-                status, reason = why_not.split(": ", 1)
-                result = {"status": status, "reason": reason}
+            if name in kept:
+                result = kept[name]
             else:
-                try:
-                    result = self.stage(name, cap)
-                except (Exception, SystemExit) as exc:   # a bug of the check, a refused manifest: said, and on
-                    if isinstance(exc, Stopped):   # the stage's processes are gone (procs); say so, then stop
-                        self.save(name, {"status": "stopped", "reason": str(exc), "stage": name, "order": i})
-                        self.publish()
-                        raise
-                    result = {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
-                              "tail": procs.tail_of(traceback.format_exc())}
-            result.update(stage=name, order=i, cap_s=round(cap, 1), seconds=round(time.monotonic() - started, 1),
-                          at_s=round(time.monotonic() - t0, 1))
+                result = self.run_stage(name, i, deadline, t0, tuple(kept))
+            if name == "smoke":
+                self.after_smoke(result)
+            elif name == "data" and result.get("status") == "ok":
+                self.data = {k: result.get(k) for k in ("folder", "packed", "photos", "images")}
             self.save(name, result)
-            if name == "smoke" and self.standins is None and self.info.get("available") is False:
-                code = NO_CUDA
             self.publish()
-            print(f"check: {name}: {result.get('status')} in {result['seconds']:.0f} s (cap {cap:.0f} s)"
+            print(f"check: {name}: {result.get('status')}" + (f" ({result['reason']})" if result.get("reason") else "")
+                  + (" (kept)" if name in kept else f" in {result['seconds']:.0f} s (cap {result['cap_s']:.0f} s)")
                   + (f" [{result.get('signal')}]" if result.get("signal") else ""), flush=True)
-        return code
+        return NO_CUDA if self.no_cuda() and self.standins is None else 0
 
-
-REST_STAGE = plan.REST
+    def run_stage(self, name: str, order: int, deadline: float, t0: float, kept: tuple[str, ...]) -> dict:
+        left = deadline - time.monotonic() - plan.RESERVE_S * self.scale
+        cap, why_not = plan.cap_now(self.caps, name, left, self.scale, skipped=kept)
+        started = time.monotonic()
+        if why_not is not None:
+            status, reason = why_not.split(": ", 1)
+            result = {"status": status, "reason": reason}
+        else:
+            try:
+                result = self.stage(name, cap)
+            except (Exception, SystemExit) as exc:   # a bug of the check, a refused manifest: said, and on
+                if isinstance(exc, Stopped):   # the stage's processes are gone (procs); say so, then stop
+                    self.save(name, {"status": "stopped", "reason": str(exc), "stage": name, "order": order})
+                    self.publish()
+                    raise
+                result = {"status": "error", "reason": f"{type(exc).__name__}: {exc}",
+                          "tail": procs.tail_of(traceback.format_exc())}
+        result.update(stage=name, order=order, cap_s=round(cap, 1), seconds=round(time.monotonic() - started, 1),
+                      at_s=round(time.monotonic() - t0, 1))
+        return result
 
 
 class Stopped(SystemExit):
@@ -255,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--call", choices=sorted(plan.CALLS), default="core")
     p.add_argument("--budget-s", type=float, default=plan.MAX_BUDGET_S,
                    help="seconds this call may take: `python .ci/gpu/plan.py --device-left-s N` says how many")
+    p.add_argument("--only-failed", type=Path, metavar="SUMMARY",
+                   help="rerun only the stages that did not end ok in this summary.json (setup always runs)")
     p.add_argument("--dry-run", metavar="STANDINS_JSON", help=argparse.SUPPRESS)   # dryrun.py
     p.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)     # dryrun.py: shorter caps
     p.add_argument("--tests", type=Path, default=REPO / "tests", help=argparse.SUPPRESS)
@@ -268,11 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:   # a budget too small for any stage
         p.error(str(exc))
     signal.signal(signal.SIGTERM, _stop)   # the call's limit: the running stage's group goes with us
-    code = check.run_plan()
+    code = check.run_plan(a.only_failed)
     if code == NO_CUDA:
-        print(f"check: STOP: no CUDA device here ({check.info.get('error')}); the wheels were checked and "
-              "installed (see summary.json). The other stages need the GPU machine: see .ci/gpu/README.md",
-              file=sys.stderr)
+        print(f"check: no CUDA device here ({check.info.get('error')}): the stages that need one ended "
+              "'skipped: no CUDA device' (see summary.json). A GPU machine: see .ci/gpu/README.md", file=sys.stderr)
     return code
 
 

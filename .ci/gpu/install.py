@@ -50,7 +50,7 @@ def setup(check, cap_s: float) -> dict:
         shutil.rmtree(fresh, ignore_errors=True)
         outcome = check.run([check.python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                              "--disable-pip-version-check", "--target", str(fresh), *ready],
-                            max(5.0, end - time.monotonic() - 10), check.logs / f"{check.call}.pip.log")
+                            max(5.0, end - time.monotonic() - 5), check.logs / f"{check.call}.pip.log")
         if outcome.status != "ok":
             print(f"check: pip install FAILED ({outcome.status}):\n{outcome.tail}", flush=True)
             return result | {"status": "failed", "reason": f"pip install {outcome.status}", "tail": outcome.tail}

@@ -23,9 +23,18 @@ NODE = re.compile(r"^(?P<test>\S+\.py::\S+)", re.M)
 FIRST = ("test_cuda_finisher.py",)   # the files of most value first
 
 
-def files_marked(tests: Path, marker: str) -> list[Path]:
-    """Test files that mention ``pytest.mark.<marker>`` (a module mark, a test's or a param's)."""
-    files = [f for f in sorted(tests.glob("test_*.py")) if f"mark.{marker}" in f.read_text(errors="replace")]
+def files_marked(tests: Path, marker: str, leave_out_module_mark: str | None = None) -> list[Path]:
+    """Test files that mention ``pytest.mark.<marker>`` (a module mark, a test's or a param's),
+    less those whose module mark is ``leave_out_module_mark`` (every test of such a file
+    is deselected by "cuda and not dali": its process would start for nothing)."""
+    files = []
+    for f in sorted(tests.glob("test_*.py")):
+        text = f.read_text(errors="replace")
+        if f"mark.{marker}" not in text:
+            continue
+        if leave_out_module_mark and re.search(rf"^pytestmark\s*=.*\bmark\.{leave_out_module_mark}\b", text, re.M):
+            continue
+        files.append(f)
     return sorted(files, key=lambda f: (f.name not in FIRST, f.name))
 
 
@@ -107,3 +116,25 @@ def run_files(run, python: str, files: list[Path], marker: str, cap_s: float, cl
     return {"status": "ok" if not bad else "problems", **total, "files": rows,
             "crashed": [r["file"] for r in rows if r["status"] == "crashed"],
             "timed_out": [r["file"] for r in rows if r["status"] == "timed out"]}
+
+
+def run_together(run, python: str, files: list[Path], marker: str, cap_s: float, per_test_s: float,
+                 logs: Path) -> dict:
+    """Every file in one pytest process: where there is no CUDA device, each test skips, so
+    one process per file would isolate nothing; what this proves is that every file
+    collects with this machine's packages (a collection error fails it)."""
+    logs.mkdir(parents=True, exist_ok=True)
+    junit, log = logs / "junit-together.xml", logs / "pytest-together.log"
+    junit.unlink(missing_ok=True)
+    cmd = [python, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-m", marker, f"--junitxml={junit}",
+           *timeout_args(per_test_s), *map(str, files)]
+    outcome = run(cmd, cap_s, log)
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    parsed = log_counts(text)
+    counts = junit_counts(junit) or {k: parsed[k] for k in ("passed", "failed", "skipped")}
+    row = {"status": "ok" if outcome.status == "ok" else "problems", **counts, "together": True,
+           "files": [{"file": f.name, "status": "collected" if outcome.status == "ok" else outcome.status}
+                     for f in files], "crashed": [], "timed_out": [], "returncode": outcome.returncode}
+    if outcome.status != "ok":
+        row.update(failed_tests=parsed["failed_tests"], tail=outcome.tail)
+    return row

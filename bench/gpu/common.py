@@ -3,10 +3,14 @@ on the GPU, interleaved repeats, and the profile that says where a loader's time
 
 Every script runs on the GPU machine from .ci/gpu/check.sh and, with ``--cpu-smoke``, on
 the CPU in seconds (tiny sizes), so the tests here catch import errors and bad arguments.
+Without CUDA and without ``--cpu-smoke`` a script does what it can without the device
+(imports, its data opened) and exits with NO_CUDA, which the check reports as "skipped: no
+CUDA device" (`make gpu-rehearsal`). Every wait on a child process has a timeout.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import statistics
@@ -15,6 +19,8 @@ import time
 from typing import Callable, Iterator
 
 SMOKE = {"batch_size": 8, "batches": 2, "drain": 1, "repeats": 1, "warmup": 1, "threads": 2}
+NO_CUDA = 3           # exit code: this needs a CUDA device and there is none (the check: "skipped")
+KILL_WAIT_S = 10.0    # after SIGKILL, how long a child's end is waited for (stuck in the driver: never)
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -43,15 +49,49 @@ def apply_smoke(args: argparse.Namespace) -> None:
                 setattr(args, name, value)
 
 
-def device_for(args: argparse.Namespace) -> str:
-    """'cuda' on the GPU machine; 'cpu' with --cpu-smoke. Without CUDA and without
-    --cpu-smoke the script cannot measure anything: it says so."""
+def device_for(args: argparse.Namespace, data: str | None = None, folder: str | None = None,
+               imports: tuple[str, ...] = ()) -> str:
+    """'cuda' on the GPU machine; 'cpu' with --cpu-smoke. Before it looks: ``data`` (a packed
+    store) and ``folder`` opened and, but with --cpu-smoke, the modules in ``imports``
+    imported (what the GPU run needs), so a run without CUDA still proves those. Without
+    CUDA and without --cpu-smoke it exits with NO_CUDA, saying so."""
+    import importlib
     import torch
+    for module in () if args.cpu_smoke else imports:
+        importlib.import_module(module)
+    if data is not None:
+        from feedline.stores import open_dataset
+        with open_dataset(data) as store:
+            if len(store) == 0:
+                raise SystemExit(f"{data}: the data set is empty")
+    if folder is not None and not os.path.isdir(folder):
+        raise SystemExit(f"{folder}: no such folder (bench/gpu/photos.py makes it)")
     if args.cpu_smoke:
         return "cpu"
     if not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: this benchmark measures the GPU path (use --cpu-smoke to try it here)")
+        print("no CUDA device: this benchmark measures the GPU path (use --cpu-smoke to try it here); "
+              "everything before the device was checked", flush=True)
+        raise SystemExit(NO_CUDA)
     return "cuda"
+
+
+@functools.cache
+def region_decode() -> bool | None:
+    """FeedLoader's ``region_decode`` as the GPU check set it (FEEDLINE_GPU_REGION_DECODE: 0
+    after its smoke test saw a region decode crash); None where unset: the library's rule."""
+    from feedline.sources.gpu_region import region_decode_choice
+    return region_decode_choice(os.environ.get("FEEDLINE_GPU_REGION_DECODE"))
+
+
+def machine() -> dict:
+    from bench.machine import machine_info
+    return machine_info()
+
+
+def write(name: str, rows: list[dict], params: dict, out: str, **extra) -> Path:
+    """The benchmark's JSON, rewritten whole (atomically) each time something was measured."""
+    from bench.common import write_results
+    return write_results(name, rows, params, out, machine=machine(), **extra)
 
 
 def cpu_decoder() -> str:
@@ -162,17 +202,58 @@ def gpu_name() -> str | None:
 def run_for(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
     """``cmd`` for at most ``timeout`` seconds, its whole process group killed then; a run
     stopped so returns exit code 124 and the output it had, so the benchmark still writes
-    its JSON (torchrun's and the trainer's children go with it)."""
+    its JSON (torchrun's and the trainer's children go with it). A child that outlives
+    SIGKILL (stuck in the driver) is left behind after KILL_WAIT_S, exit code 137."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
         return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        kill_group(proc.pid)
+        try:
+            out, err = proc.communicate(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(cmd, 137, "", f"stopped after {timeout:.0f} s; still alive after "
+                                               f"SIGKILL (stuck in the kernel?): left behind")
         return subprocess.CompletedProcess(cmd, 124, out, (err or "") + f"\nstopped after {timeout:.0f} s")
     finally:
+        kill_group(proc.pid)   # whatever of its group outlived it
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_polling(cmd: list[str], timeout: float, every_s: float, on_poll: Callable[[], object]
+                ) -> subprocess.CompletedProcess:
+    """``cmd`` as ``run_for`` runs it (its output, stdout and stderr together, in
+    ``.stdout``), calling ``on_poll()`` every ``every_s`` seconds while it runs: the caller
+    writes what the child has measured so far."""
+    import tempfile
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline, code = time.monotonic() + timeout, None
         try:
-            os.killpg(proc.pid, signal.SIGKILL)   # whatever of its group outlived it
-        except (ProcessLookupError, PermissionError):
-            pass
+            while code is None:
+                try:
+                    code = proc.wait(timeout=max(0.01, min(every_s, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        kill_group(proc.pid)
+                        try:
+                            proc.wait(timeout=KILL_WAIT_S)
+                            code = 124
+                        except subprocess.TimeoutExpired:
+                            code = 137   # stuck in the kernel after SIGKILL: left behind
+                        break
+                    on_poll()
+        finally:
+            kill_group(proc.pid)
+        log.seek(0)
+        text = log.read().decode("utf-8", "replace")
+    if code in (124, 137):
+        text += f"\nstopped after {timeout:.0f} s" + ("; still alive after SIGKILL: left behind" if code == 137 else "")
+    return subprocess.CompletedProcess(cmd, code, text, "")

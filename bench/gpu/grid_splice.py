@@ -21,7 +21,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/gpu/grid_splice.py`: the repository root on sys.path
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from bench.common import format_table, ratio, say, write_results  # noqa: E402
+from bench.common import format_table, ratio, say  # noqa: E402
 from bench.gpu import common  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -92,14 +92,21 @@ def one_pass(nv, decoder, how: str, originals, grids, boxes, batch: int, device:
 
 def run(args) -> dict:
     from feedline.decoders.nvimgcodec_library import load_nvimgcodec
-    device = common.device_for(args)
+    device = common.device_for(args, data=args.data, imports=("nvidia.nvimgcodec",))
     from feedline.sources.gpu_region import gpu_region_decode
     nv = load_nvimgcodec()
-    regions = device == "cpu" or gpu_region_decode(0)
+    regions = device == "cpu" or gpu_region_decode(0, common.region_decode())
     originals, grids, boxes = batches_of(args)
     say(f"{NAME}: {len(boxes)} images, batch {args.batch_size}, device {device}, originals "
         + ("by region" if regions else "decoded whole and cropped (GPU region decode unsafe here)"))
     rows = []
+    params = {k: v for k, v in vars(args).items() if k != "out"} | {"device": device, "gpu": common.gpu_name()}
+
+    def write() -> Path:
+        best = max((r for r in rows if r["x_region"]), key=lambda r: r["splice_img_s"], default=None)
+        return common.write(NAME, rows, params, args.out, originals_by="region" if regions else "whole image + crop",
+                            splice_x_region=best["x_region"] if best else None,
+                            splice_backend=best["backend"] if best else None)
     for kind, decoder in decoders(nv, device, args.threads).items():
         seconds = {"region": [], "splice": []}
         counts, reason = {}, None
@@ -119,13 +126,10 @@ def run(args) -> dict:
         rows.append({"backend": kind, "region_img_s": rate["region"], "splice_img_s": rate["splice"],
                      "x_region": ratio(rate["splice"], rate["region"]), "decoded": counts,
                      "samples_s": seconds, "reason": reason})
+        write()   # each backend as soon as it is measured
     say(format_table(rows, [("backend", "backend"), ("region img/s", "region_img_s"),
                             ("splice img/s", "splice_img_s"), ("splice x region", "x_region"), ("note", "reason")]))
-    params = {k: v for k, v in vars(args).items() if k != "out"} | {"device": device, "gpu": common.gpu_name()}
-    best = max((r for r in rows if r["x_region"]), key=lambda r: r["splice_img_s"], default=None)
-    path = write_results(NAME, rows, params, args.out, originals_by="region" if regions else "whole image + crop",
-                         splice_x_region=best["x_region"] if best else None,
-                         splice_backend=best["backend"] if best else None)
+    path = write()
     say(f"wrote {path}")
     return {"path": str(path), "rows": rows}
 

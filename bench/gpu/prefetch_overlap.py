@@ -8,7 +8,8 @@ feeds a stand-in training step, matrix products sized to take about --compute-ms
 the GPU. Per step, timed with CUDA events after a warm-up: compute alone; copy + normalize
 alone; both on one stream (serial); and feedline's CudaFinisher (copy of batch k+1 on
 its side stream while step k runs). Hidden share = (serial - prefetched) / copy: 1.0 when
-the copy costs the step nothing, 0 when it is fully serialized.
+the copy costs the step nothing, 0 when it is fully serialized. The JSON is rewritten after
+each of the four rows. Without CUDA it writes why (--cpu-smoke) or exits with NO_CUDA.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/gpu/prefetch_overlap.py`: the repository root on sys.path
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from bench.common import format_table, say, write_results  # noqa: E402
+from bench.common import format_table, say  # noqa: E402
 from bench.gpu import common  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -57,7 +58,8 @@ def calibrate(weights: torch.Tensor, images: torch.Tensor, target_ms: float) -> 
     return max(1, round(target_ms / max(one, 1e-3)))
 
 
-def measure(batch: int, size: int, steps: int, compute_ms: float) -> tuple[dict[str, float], int]:
+def measure(batch: int, size: int, steps: int, compute_ms: float, on_row=lambda times, repeats: None
+            ) -> tuple[dict[str, float], int]:
     """ms per step of: the stand-in step alone, copy + normalize alone, both on one stream,
     and feedline's CudaFinisher (copy of batch k+1 on its side stream while step k runs);
     and the step's matmul repeats. Seeded: the same bytes and weights every run."""
@@ -95,31 +97,46 @@ def measure(batch: int, size: int, steps: int, compute_ms: float) -> tuple[dict[
             pending = ahead
         finisher.hand_over(pending)
 
-    times = {name: per_step_ms(fn, steps) for name, fn in
-             [("compute only", compute_only), ("copy+normalize only", copy_only),
-              ("serial (one stream)", serial), ("feedline prefetcher", prefetched)]}
+    times: dict[str, float] = {}
+    for name, fn in [("compute only", compute_only), ("copy+normalize only", copy_only),
+                     ("serial (one stream)", serial), ("feedline prefetcher", prefetched)]:
+        times[name] = per_step_ms(fn, steps)
+        on_row(times, repeats)
     return times, repeats
 
 
+def figures(times: dict[str, float], args) -> dict:
+    """The hidden share and the copy's figures from the rows measured so far."""
+    copy, compute = times.get("copy+normalize only"), times.get("compute only")
+    hidden = None
+    if copy and "feedline prefetcher" in times:
+        hidden = (times["serial (one stream)"] - times["feedline prefetcher"]) / max(copy, 1e-9)
+    return {"hidden_fraction": hidden, "copy_ms": copy, "compute_ms": compute,
+            "copy_normalize_gb_s": args.batch * args.size * args.size * 3 / (copy / 1e3) / 1e9 if copy else None,
+            "images_per_s_copy": args.batch / (copy / 1e3) if copy else None}
+
+
 def run(args) -> dict:
-    if args.cpu_smoke or not torch.cuda.is_available():
+    if args.cpu_smoke:
         reason = "no CUDA device: the overlap of a copy with GPU compute needs a GPU"
         say(f"{NAME}: {reason}")
-        path = write_results(NAME, [], vars(args), args.out, skipped=reason)
+        path = common.write(NAME, [], vars(args), args.out, skipped=reason)
         return {"path": str(path), "skipped": reason}
-    times, repeats = measure(args.batch, args.size, args.steps, args.compute_ms)
-    copy, compute = times["copy+normalize only"], times["compute only"]
-    hidden = (times["serial (one stream)"] - times["feedline prefetcher"]) / max(copy, 1e-9)
-    rows = [{"name": k, "ms_per_step": v} for k, v in times.items()]
-    say(format_table(rows, [("", "name"), ("ms/step", "ms_per_step")]))
-    say(f"copy hidden behind compute: {hidden:.0%} (copy+normalize {copy:.2f} ms, compute {compute:.2f} ms, "
-        f"batch {args.batch} x {args.size}x{args.size}, bf16, channels_last)")
-    gb_s = args.batch * args.size * args.size * 3 / (copy / 1e3) / 1e9
-    path = write_results(NAME, rows, vars(args) | {"gpu": common.gpu_name(), "matmul_repeats": repeats}, args.out,
-                         hidden_fraction=hidden, copy_ms=copy, compute_ms=compute,
-                         copy_normalize_gb_s=gb_s, images_per_s_copy=args.batch / (copy / 1e3))
+    common.device_for(args)   # without CUDA: exits NO_CUDA
+
+    def write(times: dict[str, float], repeats: int):
+        rows = [{"name": k, "ms_per_step": v} for k, v in times.items()]
+        return common.write(NAME, rows, vars(args) | {"gpu": common.gpu_name(), "matmul_repeats": repeats},
+                            args.out, **figures(times, args))
+    times, repeats = measure(args.batch, args.size, args.steps, args.compute_ms, on_row=write)
+    found = figures(times, args)
+    say(format_table([{"name": k, "ms_per_step": v} for k, v in times.items()],
+                     [("", "name"), ("ms/step", "ms_per_step")]))
+    say(f"copy hidden behind compute: {found['hidden_fraction']:.0%} (copy+normalize {found['copy_ms']:.2f} ms, "
+        f"compute {found['compute_ms']:.2f} ms, batch {args.batch} x {args.size}x{args.size}, bf16, channels_last)")
+    path = write(times, repeats)
     say(f"wrote {path}")
-    return {"path": str(path), "hidden_fraction": hidden}
+    return {"path": str(path), "hidden_fraction": found["hidden_fraction"]}
 
 
 def main(argv: list[str] | None = None) -> int:

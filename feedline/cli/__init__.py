@@ -29,6 +29,7 @@ COMMANDS = {
     "verify": "decode every record and check it",
     "sample": "write a realistic sample image folder (ImageFolder layout)",
     "train": "train a ResNet with FeedLoader (one GPU, CPU, or torchrun)",
+    "show": "write one batch as a PNG grid with its targets drawn",
 }
 EXIT_BROKEN_PIPE = 128 + 13   # 128 + SIGPIPE, as the shell reports `yes | head -1`
 

@@ -34,7 +34,12 @@ or numbers separated by ';'); or JSON Lines (FILE.jsonl), one object per image:
 {"path": ..., "label": ..., "labels": [...], "target": [...], "boxes": [[x0, y0, x1, y1,
 class], ...], "keypoints": [[x, y, visible], ...]} (boxes and keypoints in source pixels;
 a box wholly outside its image stops the pack with its row, one partly outside is
-clipped). Each of label, labels and the box classes has its own class list: integer
+clipped). An image with an EXIF orientation is packed turned as viewers show it; if it has
+boxes or keypoints, --labels-frame must say which pixels they are on: stored (the file's
+pixels before the turn, as COCO's are: they are turned with the image) or displayed (the
+image as shown: kept as given). --flip-pairs 1:2,3:4 names the keypoints that trade places
+when an image is mirrored (left and right wrist...), stored with the data set: the loader's
+flips then keep each point's name. Each of label, labels and the box classes has its own class list: integer
 classes stay the integers they are (classes "0".."max"); other classes are names,
 numbered in sorted order. Images the
 file does not list (not-in-labels-csv) and rows whose file is missing (missing) are
@@ -71,6 +76,13 @@ def register(subparsers) -> None:
                                           "(with --num-shards N: each shard uploaded as it completes, the index last)")
     p.add_argument("--format", choices=("lmdb", "hdf5"), help="output format (default: from OUT's extension)")
     p.add_argument("--labels", metavar="FILE", help="labels file: CSV (path,label or named columns) or JSON Lines")
+    p.add_argument("--labels-frame", choices=("stored", "displayed"),
+                   help="the pixels a labels file's boxes and keypoints are on, for images with an EXIF "
+                        "orientation: stored (the file's, before the turn pack applies: turned with the image; "
+                        "COCO's) or displayed (as shown: kept as given); needed only when such an image has them")
+    p.add_argument("--flip-pairs", metavar="A:B,...",
+                   help="keypoints (0-based) that trade places in a horizontal flip, e.g. 1:2,3:4 for left/right "
+                        "eye and ear; stored with the data set and applied by every flip")
     p.add_argument("--max-side", type=int, metavar="N", help="shrink images whose longer side exceeds N")
     p.add_argument("--quality", type=int, default=DEFAULT_QUALITY,
                    help=f"JPEG quality of converted and shrunk images (default {DEFAULT_QUALITY})")
@@ -113,7 +125,7 @@ _USAGE = """feedline pack SRC OUT [options]
 
 def run(args) -> int:
     from converters import PackOptions, join_shards, pack
-    from converters.options import parse_shard_size
+    from converters.options import parse_flip_pairs, parse_shard_size
 
     from ..errors import FeedlineError
     from ..unwritable import writing_to
@@ -133,7 +145,8 @@ def run(args) -> int:
                           check=args.check, space_check=args.space_check, jobs=args.jobs, resume=args.resume,
                           overwrite=args.overwrite, progress=not args.quiet, num_shards=args.num_shards,
                           shard_index=args.shard_index, shuffle=args.shuffle, layout=args.layout,
-                          **sharding)
+                          labels_frame=args.labels_frame,
+                          flip_pairs=parse_flip_pairs(args.flip_pairs) if args.flip_pairs else None, **sharding)
     from ..urls import url_scheme
     if url_scheme(args.out):   # a bucket: nothing local to check (pack refuses a scheme it does not write)
         report = pack(args.src, args.out, options)

@@ -7,6 +7,7 @@ from typing import Iterable, NamedTuple
 import numpy as np
 
 from ..errors import DecodeError
+from .resample import check_region, resample_into, span
 
 # The DCT-domain reductions worth taking: libjpeg-turbo has SIMD code for these
 # (1/8 is the DC coefficient alone); the other k/8 scales run scalar code.
@@ -14,11 +15,14 @@ JPEG_SCALES: tuple[tuple[int, int], ...] = ((1, 2), (1, 4), (1, 8))
 
 
 class Box(NamedTuple):
-    """A crop in source-image pixels."""
-    top: int
-    left: int
-    height: int
-    width: int
+    """A crop in source-image pixels. Ints: a crop cut out, then resized (torchvision's
+    ``resized_crop``, RandomResizedCrop's: the resize's filter stops at the crop's edges).
+    Floats: a region of a resized image, its edges often between pixels (Resize then
+    CenterCrop, the evaluation crop: the filter reads the pixels around it)."""
+    top: float
+    left: float
+    height: float
+    width: float
 
 
 class Decoder(ABC):
@@ -37,68 +41,71 @@ class Decoder(ABC):
         ``out`` is an H x W x 3 uint8 view into a batch buffer. This default decodes the
         whole image; backends override it to decode less (e.g. DCT-domain scaling).
         """
-        image = self.decode(data)
-        resize_into(crop_scaled(image, box, (1, 1)), out, flip)
+        resize_scaled_into(self.decode(data), box, (1, 1), out, flip)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
 
 def resize_into(crop: np.ndarray, out: np.ndarray, flip: bool) -> None:
-    """Resize an H x W x 3 crop into ``out`` and mirror it horizontally if asked.
-
-    Bilinear unless the crop shrinks by 2x or more, where bilinear would alias and the
-    area filter is used, as an antialiased resize does. Below 2x the two differ by less
-    than JPEG noise while the area filter costs as much as the decode itself; decoders
-    that scale in the DCT domain leave less than 2x for this step."""
-    import cv2
-    if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim != 3 or out.shape[2] != 3:
-        raise TypeError(f"out must be an H x W x 3 uint8 numpy array, got "
-                        f"{type(out).__name__} {getattr(out, 'dtype', '')} {getattr(out, 'shape', '')}")
-    h, w = out.shape[:2]
-    far = crop.shape[0] >= 2 * h or crop.shape[1] >= 2 * w
-    if far and (crop.shape[0] < h or crop.shape[1] < w):
-        # Shrinking one way and enlarging the other (a thin strip): OpenCV's area filter
-        # works only when both shrink, so shrink the long way first, then enlarge.
-        crop = cv2.resize(crop, (min(w, crop.shape[1]), min(h, crop.shape[0])), interpolation=cv2.INTER_AREA)
-        far = False
-    interpolation = cv2.INTER_AREA if far else cv2.INTER_LINEAR
-    result = cv2.resize(crop, (w, h), dst=out, interpolation=interpolation)
-    if result is not out:  # OpenCV could not write into this view: it returned a new array
-        np.copyto(out, result)
-    if flip:
-        cv2.flip(out, 1, dst=out)  # in place: OpenCV's horizontal flip swaps pairs
+    """Resize a whole H x W x 3 crop into ``out`` and mirror it horizontally if asked: torchvision's
+    antialiased bilinear resize (`resample`)."""
+    resample_into(crop, 0, 0, crop.shape[0], crop.shape[1], out, flip)
 
 
 def resize_scaled_into(image: np.ndarray, box: Box, scale: tuple[int, int], out: np.ndarray, flip: bool) -> None:
-    """``resize_into`` for ``box`` (source pixels) of ``image``, the source decoded at ``scale``.
+    """Resize ``box`` (source pixels) of ``image``, the source decoded at ``scale``, into ``out``,
+    mirrored if ``flip``.
 
-    At a reduced scale the box's edges fall between scaled pixels; rounding them would
-    move the crop by up to half a scaled pixel, which on a photo shows as much as a
-    one-pixel shift. So when the output is at most 2x smaller than the scaled crop (the
-    usual case after a DCT-domain reduction), bilinear sampling follows the box exactly,
-    by an affine warp; for stronger reductions the area filter on the rounded crop is used."""
-    crop = crop_scaled(image, box, scale)   # also checks that the box is inside the image
-    h, w = out.shape[:2]
-    if scale == (1, 1) or crop.shape[0] >= 2 * h or crop.shape[1] >= 2 * w:
-        resize_into(crop, out, flip)
-        return
-    import cv2
-    if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim != 3 or out.shape[2] != 3:
-        resize_into(crop, out, flip)   # raises the TypeError
+    A box of ints is cut out, then resized (`Box`); at a reduced scale its edges fall between
+    the scaled pixels, and the scaled pixels that cover it are resampled at the box's exact
+    place. A box of floats (an evaluation crop) is resampled from the image around it, as a
+    resize of the whole image followed by a crop is (`resample`)."""
     num, denom = scale
-    sx, sy = box.width * num / denom / w, box.height * num / denom / h
-    x0, y0 = box.left * num / denom, box.top * num / denom
-    # Output pixel (x, y) samples the image at (x0 + (x + 1/2) sx - 1/2, y0 + (y + 1/2) sy - 1/2);
-    # mirrored, column x samples where column w - 1 - x would.
-    if flip:
-        matrix = np.array([[-sx, 0, x0 + (w - 0.5) * sx - 0.5], [0, sy, y0 + 0.5 * sy - 0.5]])
-    else:
-        matrix = np.array([[sx, 0, x0 + 0.5 * sx - 0.5], [0, sy, y0 + 0.5 * sy - 0.5]])
-    result = cv2.warpAffine(image, matrix, (w, h), dst=out, flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
-                            borderMode=cv2.BORDER_REPLICATE)
-    if result is not out:
-        np.copyto(out, result)
+    cut = cuts_out(box)
+    if cut and scale == (1, 1):
+        resize_into(crop_scaled(image, box, scale), out, flip)   # crop_scaled checks that it is inside
+        return
+    f = num / denom
+    hint = "" if scale == (1, 1) else f" (decoded at scale {num}/{denom})"
+    check_region(box.top * f, box.left * f, box.height * f, box.width * f, image.shape[:2], hint)
+    if cut:   # the scaled pixels that cover the crop: the filter stops about at its edges
+        top, left = box.top * num // denom, box.left * num // denom
+        bottom, right = -(-(box.top + box.height) * num // denom), -(-(box.left + box.width) * num // denom)
+        image = image[top:bottom, left:right]
+        box = Box(box.top - top / f, box.left - left / f, box.height, box.width)
+    resample_into(image, box.top * f, box.left * f, box.height * f, box.width * f, out, flip)
+
+
+def cuts_out(box: Box) -> bool:
+    """Whether ``box`` is a crop to cut out, then resize (ints: RandomResizedCrop's), rather
+    than a region of the resized image (floats, even whole ones: the evaluation crop)."""
+    return all(isinstance(v, (int, np.integer)) for v in box)
+
+
+def whole_pixels(box: Box) -> Box:
+    """The crop on whole pixels nearest ``box``: each edge rounded (decoders that cut crops
+    out, such as the GPU's, given an evaluation crop whose edges fall between pixels)."""
+    top, left = round(box.top), round(box.left)
+    return Box(top, left, round(box.top + box.height) - top, round(box.left + box.width) - left)
+
+
+def whole_pixel_boxes(boxes: np.ndarray) -> np.ndarray:
+    """`whole_pixels` of each row of an (n, 4) array of boxes: int64 (n, 4)."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    corner = np.rint(b[:, :2])
+    return np.concatenate([corner, np.rint(b[:, :2] + b[:, 2:]) - corner], axis=1).astype(np.int64)
+
+
+def source_region(box: Box, out_hw: tuple[int, int], height: int, width: int) -> Box:
+    """The whole-pixel region of a ``height`` x ``width`` image that resizing ``box`` into an
+    output of ``out_hw`` reads: a box of ints itself, a box of floats widened by the filter's
+    reach (clipped to the image). For decoders that decode a region only."""
+    if cuts_out(box):
+        return box
+    rows = span(box.top, box.height, out_hw[0], height)
+    cols = span(box.left, box.width, out_hw[1], width)
+    return Box(rows.first, cols.first, rows.stop - rows.first, cols.stop - cols.first)
 
 
 def is_jpeg(data) -> bool:
@@ -106,14 +113,19 @@ def is_jpeg(data) -> bool:
     return bytes(memoryview(data)[:2]) == b"\xff\xd8"
 
 
-def choose_scale(box: Box, out_hw: tuple[int, int],
-                 factors: Iterable[tuple[int, int]] = JPEG_SCALES) -> tuple[int, int]:
+def choose_scale(box: Box, out_hw: tuple[int, int], factors: Iterable[tuple[int, int]] = JPEG_SCALES,
+                 margin: int = 2) -> tuple[int, int]:
     """The strongest reduction ``(num, denom)`` among ``factors`` that keeps the scaled
-    crop at least ``out_hw`` in both dimensions; ``(1, 1)`` when none does."""
+    crop at least ``margin`` times ``out_hw`` in both dimensions; ``(1, 1)`` when none does.
+
+    libjpeg's reduced-scale decode is a filter of its own, not torchvision's: with the
+    default margin of 2 the antialiased resize that follows averages over two or more scaled
+    pixels, which keeps the result within a fraction of a grey level of torchvision's
+    resize of the full-size image (`bench/torchvision_pixels.py`); a margin of 1 would not."""
     out_h, out_w = out_hw
     best = (1, 1)
     for num, denom in factors:
-        if (num * box.height >= out_h * denom and num * box.width >= out_w * denom
+        if (num * box.height >= margin * out_h * denom and num * box.width >= margin * out_w * denom
                 and num * best[1] < best[0] * denom):
             best = (num, denom)
     return best

@@ -3,8 +3,9 @@
 A grid store (``pack --layout grid``) holds JPEGs with a restart marker after every MCU
 (see `jpeg_grid`). For a crop, ``GridDecoder`` splices the MCUs under it into a small
 JPEG and decodes that with the SimplejpegDecoder (libjpeg-turbo, strict, at a reduced
-DCT scale when the crop is at least twice the output, resized and flipped as every
-decoder does). Where a crop's edge lies near its MCU's edge the neighbouring MCU is spliced
+DCT scale when the crop is at least four times the output, resized and flipped as every
+decoder does; an evaluation crop, whose edges fall between pixels, with the pixels its resize
+reads around it). Where a crop's edge lies near its MCU's edge the neighbouring MCU is spliced
 along (`jpeg_grid.with_context`), so chroma upsampling and the resize see what a full decode
 sees: the loader's crops are the original layout's to one level. Whole images go to the
 wrapped decoder, once their grid is checked (`parse_grid`).
@@ -16,8 +17,9 @@ import logging
 import numpy as np
 
 from ..errors import DecodeError
-from .base import Box, Decoder
+from .base import Box, Decoder, cuts_out, source_region
 from .jpeg_grid import is_grid_store, parse_grid, splice_crop
+from .resample import check_region
 from .simplejpeg_decoder import SimplejpegDecoder
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,15 @@ class GridDecoder(Decoder):
         return self.whole.decode(data)
 
     def decode_into(self, data, box: Box, flip: bool, out: np.ndarray) -> None:
-        spliced, shifted, _ = splice_crop(data, box)
+        layout = parse_grid(data)
+        if cuts_out(box):
+            spliced, shifted, _ = splice_crop(data, box, layout)
+        else:   # an evaluation crop: the MCUs under what its resize reads, the box at its exact place
+            check_region(*box, (layout.height, layout.width))
+            region = source_region(box, out.shape[:2], layout.height, layout.width)
+            spliced, moved, _ = splice_crop(data, region, layout)
+            shifted = Box(box.top - region.top + moved.top, box.left - region.left + moved.left,
+                          box.height, box.width)
         try:
             self.crops.decode_into(spliced, shifted, flip, out)
         except DecodeError as exc:

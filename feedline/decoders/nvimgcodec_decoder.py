@@ -6,7 +6,8 @@ import logging
 import numpy as np
 
 from ..errors import BackendUnavailable, DecodeError
-from .base import Box, Decoder, choose_scale, is_jpeg, resize_into
+from .base import Box, Decoder, choose_scale, cuts_out, is_jpeg, resize_scaled_into, source_region
+from .resample import check_region
 from .nvimgcodec_library import ThreadDecoders, load_nvimgcodec
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class NvimgcodecDecoder(Decoder):
       damage takes a full Huffman decode, which is most of a decode's cost even at 1/8
       scale, so no region decode plus check can beat the strict scaled decode, which runs
       as fast as a region decode on photos.
-    - ``strict=False``: when the crop is at least 2x the output in both directions, the
+    - ``strict=False``: when the crop is at least 4x the output in both directions, the
       partner at 1/2, 1/4 or 1/8 scale (nvImageCodec has no scaling); otherwise an
       nvImageCodec decode of the crop's region alone. Somewhat faster than strict.
       A truncated JPEG is a DecodeError when the region reaches the missing rows.
@@ -70,14 +71,15 @@ class NvimgcodecDecoder(Decoder):
         elif self._partner is not None and (self.strict or choose_scale(box, out.shape[:2]) != (1, 1)):
             self._partner.decode_into(data, box, flip, out)
         else:
-            crop = self._decode(data, box)
-            if crop is None:
+            region = self._decode(data, box, out.shape[:2])
+            if region is None:
                 self._fallback.decode_into(data, box, flip, out)
             else:
-                resize_into(crop, out, flip)
+                resize_scaled_into(*region, (1, 1), out, flip)
 
-    def _decode(self, data, box: Box | None) -> np.ndarray | None:
-        """The region ``box`` (or the whole image) of a JPEG; None for a JPEG that only
+    def _decode(self, data, box: Box | None, out_hw: tuple[int, int] = (1, 1)):
+        """The whole image of a JPEG, or (for a ``box``) the region that resizing it into
+        ``out_hw`` reads (`source_region`) and the box within it; None for a JPEG that only
         OpenCV reads (12-bit or lossless)."""
         try:  # the header is parsed when first asked for
             stream = _nv.CodeStream(data)
@@ -87,12 +89,11 @@ class NvimgcodecDecoder(Decoder):
         if precision != 8:
             return None if box is not None else self._fallback.decode(data)
         if box is not None:
-            if box.height <= 0 or box.width <= 0 or box.top < 0 or box.left < 0 or \
-                    box.top + box.height > h or box.left + box.width > w:
-                raise DecodeError(f"crop {tuple(box)} (top, left, height, width) is not inside the "
-                                  f"{h}x{w} image; does the record's size match its data?")
+            check_region(*box, (h, w))
+            region = source_region(box, out_hw, h, w)
             stream = stream.get_sub_code_stream(region=_nv.Region(
-                start=(box.top, box.left), end=(box.top + box.height, box.left + box.width)))
+                start=(int(region.top), int(region.left)),
+                end=(int(region.top + region.height), int(region.left + region.width))))
         image = self._decoders.get().decode(stream, params=self._params)
         if image is None:
             if channels not in (1, 3, 4):
@@ -100,7 +101,12 @@ class NvimgcodecDecoder(Decoder):
             raise DecodeError("nvImageCodec cannot decode it: the JPEG data is cut short or corrupt")
         if self.strict and not _ends_with_eoi(data):
             raise DecodeError("the JPEG has no end-of-image marker: the file is cut short")
-        return np.asarray(image)  # a view that keeps the nvImageCodec image alive
+        pixels = np.asarray(image)  # a view that keeps the nvImageCodec image alive
+        if box is None:
+            return pixels
+        if cuts_out(box):
+            return pixels, Box(0, 0, int(box.height), int(box.width))
+        return pixels, Box(box.top - region.top, box.left - region.left, box.height, box.width)
 
     def __repr__(self) -> str:
         partner = self._partner.name if self._partner is not None else None

@@ -19,7 +19,8 @@ _NOT_RGB = ("CMYK", "YCCK")   # libjpeg-turbo does not convert these to RGB: Ope
 
 class SimplejpegDecoder(Decoder):
     """Decode straight to RGB (gray JPEGs come out replicated), at 1/2, 1/4 or 1/8 scale
-    in the DCT domain when the crop is at least that much larger than the output.
+    in the DCT domain when the crop is at least twice that much larger than the output
+    (`choose_scale`).
 
     Strict by default: a libjpeg warning that damages pixels (corrupt data, premature end)
     is a DecodeError, not a partly gray image; a benign one (`jpeg_warnings`) is not. ``strict=False`` returns what libjpeg-turbo could decode.

@@ -40,6 +40,7 @@ class Field:
     name: ClassVar[str] = ""
     columns: ClassVar[dict[str, str]] = {}      # stored column -> numpy dtype, little endian
     spec_keys: ClassVar[dict[str, type]] = {}   # what a spec states, with its type
+    optional_keys: ClassVar[dict[str, type]] = {}   # what a spec may state (older stores lack it)
     has_classes: ClassVar[bool] = False          # it names classes (its own list, its own numbering)
     names_images: ClassVar[bool] = False         # its classes describe whole images (ids warning)
     refuses: ClassVar[frozenset[str]] = frozenset()   # transform families it cannot follow
@@ -55,10 +56,14 @@ class Field:
 
     @classmethod
     def check_spec(cls, spec) -> dict:
-        if not isinstance(spec, dict) or any(not isinstance(spec.get(k), t) or (t is int and isinstance(spec[k], bool))
-                                             for k, t in cls.spec_keys.items()):
+        def wrong(k, t):
+            return not isinstance(spec.get(k), t) or (t is int and isinstance(spec[k], bool))
+        if not isinstance(spec, dict) or any(wrong(k, t) for k, t in cls.spec_keys.items()):
             raise FieldsError(f"field {cls.name!r}: spec {spec!r} lacks {', '.join(cls.spec_keys) or 'nothing'}")
-        return {k: spec[k] for k in cls.spec_keys}
+        bad = [k for k, t in cls.optional_keys.items() if k in spec and wrong(k, t)]
+        if bad:
+            raise FieldsError(f"field {cls.name!r}: spec {spec!r}: {bad[0]} is not a {cls.optional_keys[bad[0]].__name__}")
+        return {k: spec[k] for k in (*cls.spec_keys, *cls.optional_keys) if k in spec}
 
     @property
     def num_classes(self) -> int:
@@ -136,6 +141,17 @@ class Field:
         (columns, values changed). Values wholly wrong are `problems`, refused before this."""
         return a, 0
 
+    def orient(self, a: dict, n: int, orientations, sizes) -> dict:
+        """The columns of records whose image was turned by its EXIF orientation at pack time
+        (``orientations``: 1..8 per record, 1 for none), moved from the stored frame (the
+        file's pixels) into the displayed one (``sizes``: the turned images' (height, width))."""
+        return a
+
+    def annotated(self, a: dict, n: int):
+        """Per record: whether it holds values in pixels (a box, a labelled point); None for a
+        kind whose values are not in pixels."""
+        return None
+
 
 # -- helpers for compact lists: offsets int64[n + 1], item i of record r at offsets[r]..[r + 1] --
 
@@ -161,6 +177,26 @@ def check_offsets(field: str, offsets_name: str, off, items: int, n: int, most: 
 def owners(offsets, n: int):
     """The record of each item of a compact list."""
     return np.repeat(np.arange(n), np.diff(offsets))
+
+
+MIRRORING = (2, 4, 5, 7)   # EXIF orientations that mirror the image: left and right trade places
+
+
+def oriented_xy(x, y, orientation, width, height) -> tuple:
+    """Points (x, y) of the stored frame of images turned by their EXIF ``orientation`` (1..8),
+    in the displayed frame; ``width``, ``height``: the displayed images' (all broadcast)."""
+    o = np.asarray(orientation)
+    cases = [o == k for k in range(2, 9)]
+    new_x = np.select(cases, [width - x, width - x, x, y, width - y, width - y, y], x)
+    new_y = np.select(cases, [y, height - y, height - y, x, x, height - x, height - x], y)
+    return new_x, new_y
+
+
+def stored_sizes(orientations, sizes):
+    """The (height, width) of each image in its stored frame, from the displayed ``sizes``:
+    orientations 5 to 8 turn the image a quarter, swapping them."""
+    hw = np.asarray(sizes, dtype=np.int64).reshape(-1, 2)
+    return np.where((np.asarray(orientations) >= 5)[:, None], hw[:, ::-1], hw)
 
 
 def spread(counts) -> dict:

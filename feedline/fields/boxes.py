@@ -3,12 +3,14 @@
 JSON Lines only. In a batch, in output pixels (`feedline.boxes`): boxes float32 (B, M, 4),
 box_classes int64 (B, M) (-1 where padding), box_counts int64 (B,). A box with no area, or
 wholly outside its image, is refused at pack time and by verify; one partly outside is
-clipped to its image at pack time."""
+clipped to its image at pack time; one on an edge (x0 == width) has no area inside: it is
+outside. An image turned by its EXIF orientation at pack time turns its boxes with it
+when they are in the stored frame (`orient`)."""
 from __future__ import annotations
 
 import math
 
-from .base import GEOMETRIC, MIXING, Field, FieldsError, check_offsets, owners, segments, spread
+from .base import GEOMETRIC, MIXING, Field, FieldsError, check_offsets, oriented_xy, owners, segments, spread
 from .lazy_numpy import np
 
 
@@ -101,7 +103,7 @@ class Boxes(Field):
         h, w = np.asarray(sizes).reshape(-1, 2)[owner].T.astype(np.float64)
         return h, w, (h > 0) & (w > 0)
 
-    def problems(self, a, n, sizes):
+    def problems(self, a, n, sizes, frame: str = ""):
         off, classes, k = a["box_offsets"], a["box_classes"], self.num_classes
         b = a["box_coords"].reshape(-1, 4).astype(np.float64)
         owner = owners(off, n)
@@ -114,7 +116,7 @@ class Boxes(Field):
         for j in np.flatnonzero(bad_class | no_area | outside):
             why = (f"class {int(classes[j])} outside 0..{k - 1}" if bad_class[j] else
                    "no area (needs x0 < x1 and y0 < y1)" if no_area[j] else
-                   f"wholly outside its {int(w[j])}x{int(h[j])} (WxH) image")
+                   f"wholly outside its {int(w[j])}x{int(h[j])} (WxH) image{frame}")
             problems.append((int(owner[j]), f"box {int(j - off[owner[j]])} {[*b[j].tolist(), int(classes[j])]}: {why}"))
         return problems
 
@@ -127,6 +129,22 @@ class Boxes(Field):
         clipped = np.where(known[:, None], np.clip(b, 0, limit), b)
         changed = int(np.count_nonzero(np.any(clipped != b, axis=1)))
         return {**a, "box_coords": clipped.astype(np.float32).reshape(-1)}, changed
+
+
+    def orient(self, a, n, orientations, sizes):
+        owner = owners(a["box_offsets"], n)
+        if not len(owner):
+            return a
+        h, w = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)[owner].T
+        o = np.asarray(orientations)[owner]
+        b = a["box_coords"].reshape(-1, 4).astype(np.float64)
+        x0, y0 = oriented_xy(b[:, 0], b[:, 1], o, w, h)
+        x1, y1 = oriented_xy(b[:, 2], b[:, 3], o, w, h)
+        turned = np.stack([np.minimum(x0, x1), np.minimum(y0, y1), np.maximum(x0, x1), np.maximum(y0, y1)], axis=1)
+        return {**a, "box_coords": turned.astype(np.float32).reshape(-1)}
+
+    def annotated(self, a, n):
+        return np.diff(a["box_offsets"]) > 0
 
 
 KIND = Boxes   # what the registry lists

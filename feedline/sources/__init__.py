@@ -1,16 +1,17 @@
 """Batch sources: what turns an epoch's sample plans into finished batches.
 
 Which source (engine=) and which decoder are chosen in feedline.selection; make_source
-builds the chosen engine and, once, what it is handed (parts.py): the transforms, the
-targets, the bad-record rule and the Finisher. Engines fill Slots (slot.py); the Finisher
-finishes them (finisher.py, cuda_finisher.py). Every source implements the same small
-protocol, so FeedLoader never asks which one it holds. Sources differ in speed, never in
-data: the same (seed, epoch, index) gives the same crop, flip and label from each, and a
-bad record is reported in the same ledger with the same substitute.
+builds the chosen engine and, once, each part it is handed, with only what that part
+needs: the sample path's setup (SampleSpec: reader, decoder, per-sample transforms), the
+ring's shape (RingSpec), the output (OutputSpec, for the rows and the Finisher), the
+transforms, the targets, the bad-record rule and the Finisher. LoaderConfig stops here.
+Every source implements the same small protocol, so FeedLoader never asks which one it
+holds. Sources differ in speed, never in data: the same (seed, epoch, index) gives the same
+crop, flip and label from each, and a bad record is reported in the same ledger with the
+same substitute.
 
-- ThreadBatches (threads.py): per-image CPU decoders on threads filling a ring of Slots.
-- ProcessBatches (processes.py): the same decoders in worker processes, each with its own
-  GIL, filling a ring of Slots in shared memory (plans in, slot numbers out).
+- CpuBatches (cpu_engine.py): the one sample path (fill.py) run by worker processes, each
+  with its own GIL (the default), or by threads of this process (``num_workers=0``).
 - DaliBatches (dali.py): one NVIDIA DALI pipeline (nvJPEG on a GPU, CPU operators without).
 - GpuDecodeBatches (gpu_decode.py): nvImageCodec decoding the crops on the GPU.
 """
@@ -25,9 +26,10 @@ from ..config import LoaderConfig
 from ..decoders.base import Decoder
 from ..plan import EpochPlan
 from ..stats import LoaderStats
+from .fill import SampleSpec
 from .finisher import Filled, HostFinisher
-from .parts import EngineParts
 from .policy import BadRecords
+from .ring import ArenaRing, RingSpec, writes_normalized
 from .target_batches import target_spec
 from .transforming import transforming
 
@@ -41,62 +43,52 @@ class BatchSource(Protocol):
         times into ``stats``. Closing the iterator stops the work it started."""
 
     def close(self) -> None:
-        """Release threads, pipelines and buffers. The source is not used afterwards."""
-
-
-def engine_type(engine: Engine) -> type:
-    """The class of the engine ``engine`` (resolved: never "auto"); each declares the bytes
-    of its buffers (``buffer_bytes(config)``: host, device)."""
-    if engine is Engine.DALI:
-        from .dali import DaliBatches
-        return DaliBatches
-    if engine is Engine.GPU:
-        from .gpu_decode import GpuDecodeBatches
-        return GpuDecodeBatches
-    if engine is Engine.PROCESSES:
-        from .processes import ProcessBatches
-        return ProcessBatches
-    from .threads import ThreadBatches
-    return ThreadBatches
+        """Release threads, processes, pipelines and buffers. The source is not used afterwards."""
 
 
 def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> BatchSource:
     """The source for ``config.engine`` (already resolved: never "auto"), with its parts
-    built once. ``decoder``: the thread engine's Decoder, chosen by feedline.selection."""
-    t = transforming(store, config)
-    targets = target_spec(store, config)
-    output = config.output
-    bad = BadRecords(store, config.on_error)
-    if config.engine is Engine.DALI:
+    built once. ``decoder``: the CPU engine's Decoder, chosen by feedline.selection. A
+    MemoryError first when its buffers cannot fit (at the largest size of a schedule)."""
+    c, output = config, config.output
+    t = transforming(store, c.transforms, c.seed, output.on_cuda)
+    targets = target_spec(store, c.batch_size, c.augment.min_box_visibility)
+    bad = BadRecords(store, c.on_error)
+    if c.engine is Engine.DALI:
         from .dali import DaliBatches
+        from .dali_graph import PipelineSpec
+        RingSpec(c.prefetch, c.batch_size, output, pin=False).check_fits(c.largest_size(), host_ring=False)
         # DALI normalizes in its pipeline, unless transforms follow it: then it gives pixels
         finisher = HostFinisher(output, t, targets, Filled(normalized=t is None, samples_applied=False))
-        return DaliBatches(store, config, EngineParts(t, targets, bad, finisher))
-    if config.engine is Engine.GPU:
+        pipeline = PipelineSpec(c.batch_size, c.num_workers, c.prefetch, output, c.augment.size, c.region_decode)
+        return DaliBatches(store, pipeline, t is not None, targets, bad, finisher)
+    if c.engine is Engine.GPU:
         from .cuda_finisher import CudaFinisher
         from .gpu_decode import GpuDecodeBatches
         from .gpu_region import crop_streams
+        RingSpec(c.prefetch, c.batch_size, output, pin=False).check_fits(c.largest_size(), host_ring=False)
         finisher = CudaFinisher(output, t, targets, Filled(normalized=False, samples_applied=False))
-        return GpuDecodeBatches(store, config, EngineParts(t, targets, bad, finisher), crop_streams(store, output))
+        return GpuDecodeBatches(store, c.num_workers, c.prefetch, targets, bad, finisher,
+                                crop_streams(store, output, c.region_decode))
     if decoder is None:
-        raise ValueError("the thread engine needs its Decoder (feedline.selection.resolve_engine_and_decoder)")
-    if config.engine is Engine.PROCESSES:
-        from .processes import ProcessBatches
-        from .shared_ring import writes_normalized
-        if output.on_cuda:
-            from .cuda_finisher import CudaFinisher
-            finisher = CudaFinisher(output, t, targets, Filled(normalized=False, samples_applied=True))
-        else:
-            finisher = HostFinisher(output, t, targets, Filled(normalized=writes_normalized(output),
-                                                               samples_applied=True))
-        return ProcessBatches(store, config, decoder, EngineParts(t, targets, bad, finisher))
-    from .threads import ThreadBatches
+        raise ValueError("the CPU engine needs its Decoder (feedline.selection.resolve_engine_and_decoder)")
+    from .cpu_engine import CpuBatches
+    sample = SampleSpec(store, decoder, t.host if t is not None and t.per_sample else None, c.seed, bad.substitutes)
+    if c.engine is Engine.PROCESSES:
+        from .process_workers import ProcessWorkers
+        workers = ProcessWorkers(sample, c.num_workers, c.decoder)
+    else:
+        from .thread_workers import ThreadWorkers
+        workers = ThreadWorkers(sample, c.num_workers)
+    ring = RingSpec(c.prefetch, c.batch_size, output, pin=output.on_cuda or c.pin_memory)
+    ring.check_fits(c.largest_size(), host_ring=True)
+    memory = ArenaRing(ring, c.augment.size, workers, targets)
     if output.on_cuda:
         from .cuda_finisher import CudaFinisher
         finisher = CudaFinisher(output, t, targets, Filled(normalized=False, samples_applied=True))
     else:
-        finisher = HostFinisher(output, t, targets, Filled(normalized=True, samples_applied=True))
-    return ThreadBatches(store, config, decoder, EngineParts(t, targets, bad, finisher))
+        finisher = HostFinisher(output, t, targets, Filled(normalized=writes_normalized(output), samples_applied=True))
+    return CpuBatches(store, workers, memory, finisher, targets, bad, c.timeout)
 
 
-__all__ = ["BatchSource", "engine_type", "make_source"]
+__all__ = ["BatchSource", "make_source"]

@@ -11,16 +11,16 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from ..config import LoaderConfig
+from ..decoders.base import whole_pixel_boxes
 from ..errors import DecodeError
 from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
-from .cuda_finisher import device_batches_bytes
-from .dali_graph import build_pipeline, dali_reason, import_dali, to_torch
+from .dali_graph import PipelineSpec, build_pipeline, dali_reason, import_dali, to_torch
+from .finisher import HostFinisher
 from .known_bad import KnownBad
-from .parts import EngineParts
-from .policy import BadRecordPolicy
+from .policy import BadRecordPolicy, BadRecords
 from .slot import Slot, made_slot
+from .target_batches import TargetSpec
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,10 @@ class DaliBatches:
     batches fed again with their substitutes (the rule every source shares).
     """
 
-    def __init__(self, store, config: LoaderConfig, parts: EngineParts):
-        self.store, self.config = store, config
+    def __init__(self, store, pipeline: PipelineSpec, transformed: bool, targets: TargetSpec | None,
+                 bad_records: BadRecords, finisher: HostFinisher):
+        """``transformed``: transforms follow the pipeline, which then makes uint8 pixels."""
+        self.store, self.pipeline, self._transformed = store, pipeline, transformed
         self._dali = import_dali()
         self._pipe = None
         self._bad = KnownBad(store)
@@ -55,10 +57,8 @@ class DaliBatches:
         self._refeed: deque[BatchPlan] = deque()  # plans to feed again after a pipeline rebuild
         self._inflight: deque[_Fed] = deque()     # fed to DALI, outputs not yet taken; oldest first
         self._stopping = False
-        self._targets, self._bad_records, self.finisher = parts.targets, parts.bad_records, parts.finisher
-        self._transforming, self._made = parts.transforming, None   # _made: what the pipeline makes
-
-    buffer_bytes = staticmethod(lambda config: dali_buffer_bytes(config))
+        self._targets, self._bad_records, self.finisher = targets, bad_records, finisher
+        self._made: PipelineSpec | None = None   # what the pipeline makes
 
     # -- feeding -------------------------------------------------------------------------
 
@@ -69,7 +69,8 @@ class DaliBatches:
         plan = self._refeed.popleft() if self._refeed else next(self._plans)
         fed, boxes, flips, encoded = self._prepare(plan)
         self._inflight.append(fed)
-        return encoded, boxes[:, :2].astype(np.int32), boxes[:, 2:].astype(np.int32), flips.astype(np.int32)
+        crops = whole_pixel_boxes(boxes)   # evaluation crops are floats
+        return encoded, crops[:, :2].astype(np.int32), crops[:, 2:].astype(np.int32), flips.astype(np.int32)
 
     def _prepare(self, plan: BatchPlan):
         indices, labels = plan.indices.copy(), plan.labels.copy()
@@ -111,9 +112,9 @@ class DaliBatches:
 
     def run(self, epoch: EpochPlan, start: int, stats: LoaderStats) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self._policy = self._bad_records.policy(epoch, stats.ledger)
-        if self._made is None or epoch.spec.size != self._made.augment.size:  # a size schedule moved
+        if self._made is None or tuple(epoch.spec.size) != self._made.size:  # a size schedule moved
             self._discard()
-            self._made = pipeline_config(self.config, epoch.spec.size, pixels=self._transforming is not None)
+            self._made = made_by_pipeline(self.pipeline, epoch.spec.size, pixels=self._transformed)
         self._plans = epoch.batches(self.store.labels, self.store.sizes, start)
         self._stopping = False
         self._refeed.clear()
@@ -131,7 +132,7 @@ class DaliBatches:
                     pipe = self._recover(exc)
                     continue
                 fed = self._inflight.popleft()
-                images = to_torch(self._dali, outputs[0], self._made, self._stream())
+                images = to_torch(self._dali, outputs[0], self._made.output, self._stream())
                 pipe.release_outputs()
                 batch = self.finisher.finish(filled_slot(images, fed, epoch, self.store, self._targets))
                 pipe.schedule_run()  # DALI works on the next batch while the consumer trains
@@ -177,27 +178,20 @@ class DaliBatches:
             self._stopping = False
 
     def _stream(self):
-        output = self.config.output
+        output = self.pipeline.output
         return torch.cuda.current_stream(torch.device(output.device)) if output.on_cuda else None
 
     def close(self) -> None:
         self._discard()
 
 
-def dali_buffer_bytes(config: LoaderConfig) -> tuple[int, int]:
-    """(host, device) bytes of the buffers feedline allocates for DALI: the batches on a CUDA
-    device (DALI's own pipeline memory is DALI's)."""
-    h, w = config.augment.size
-    return 0, device_batches_bytes(config.prefetch, config.batch_size * h * w * 3, config.output)
-
-
-def pipeline_config(config: LoaderConfig, size: tuple[int, int], pixels: bool) -> LoaderConfig:
+def made_by_pipeline(spec: PipelineSpec, size: tuple[int, int], pixels: bool) -> PipelineSpec:
     """What the pipeline makes: ``size`` (a size schedule's, this epoch); uint8 pixels when
     transforms follow it (they take pixels, then normalize as every engine does)."""
-    c = replace(config, augment=replace(config.augment, size=size))
+    made = replace(spec, size=tuple(size))
     if pixels:
-        c = replace(c, output=replace(c.output, mean=None, dtype=None, channels_last=True))
-    return c
+        made = replace(made, output=replace(made.output, mean=None, dtype=None, channels_last=True))
+    return made
 
 
 def filled_slot(images: torch.Tensor, fed: _Fed, epoch: EpochPlan, store, targets) -> Slot:

@@ -2,12 +2,13 @@
 torch tensors. DALI is imported when a pipeline is built, never at ``import feedline``."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable
 
 import torch
 
-from ..config import LoaderConfig
+from ..config import OutputSpec
 from ..errors import BackendUnavailable
 from .normalization import pixel_mean_std
 from .gpu_region import gpu_region_decode
@@ -27,22 +28,34 @@ def import_dali() -> SimpleNamespace:
     return SimpleNamespace(fn=fn, types=types, Pipeline=Pipeline, feed_ndarray=feed_ndarray)
 
 
-def device_id_of(config: LoaderConfig) -> int | None:
-    """The GPU DALI decodes on, or None for its CPU-only pipeline."""
-    return torch.device(config.output.device).index if config.output.on_cuda else None
+@dataclass(frozen=True)
+class PipelineSpec:
+    """What a DALI pipeline makes: batches of ``size`` for ``output`` on ``workers`` threads,
+    ``prefetch`` ahead. ``region_decode``: on a GPU, decode only each crop's region (False:
+    whole images, then the crops: same pixels; None: where known safe, gpu_region.py)."""
+
+    batch_size: int
+    workers: int
+    prefetch: int
+    output: OutputSpec
+    size: tuple[int, int]
+    region_decode: bool | None = None
+
+    @property
+    def device_id(self) -> int | None:
+        """The GPU DALI decodes on, or None for its CPU-only pipeline."""
+        return torch.device(self.output.device).index if self.output.on_cuda else None
 
 
-def build_pipeline(dali: SimpleNamespace, config: LoaderConfig, inputs: Callable, region_decode: bool | None = None):
+def build_pipeline(dali: SimpleNamespace, spec: PipelineSpec, inputs: Callable):
     """A built pipeline that takes (jpegs, crop anchors, crop shapes, mirror flags) per batch
     from ``inputs`` and gives the finished images: decode the crop, resize, mirror, normalize.
-    ``region_decode`` False decodes whole images and slices the crops (same pixels); None
-    decides by ``gpu_region.gpu_region_decode`` on the GPU, and decodes regions on the CPU."""
-    out, types, fn = config.output, dali.types, dali.fn
-    device_id = device_id_of(config)
-    if region_decode is None:
-        region_decode = device_id is None or gpu_region_decode(device_id)
-    pipe = dali.Pipeline(batch_size=config.batch_size, num_threads=config.num_threads, device_id=device_id,
-                         prefetch_queue_depth=config.prefetch, exec_async=True, exec_pipelined=True,
+    On the CPU it decodes regions; on a GPU as ``spec.region_decode`` says."""
+    out, types, fn = spec.output, dali.types, dali.fn
+    device_id = spec.device_id
+    region_decode = device_id is None or gpu_region_decode(device_id, spec.region_decode)
+    pipe = dali.Pipeline(batch_size=spec.batch_size, num_threads=spec.workers, device_id=device_id,
+                         prefetch_queue_depth=spec.prefetch, exec_async=True, exec_pipelined=True,
                          exec_dynamic=True)
     stats = pixel_mean_std(out)  # DALI normalizes on its 0..255 scale
     mean, std = (stats[0].tolist(), stats[1].tolist()) if stats is not None else ([0.0], [1.0])
@@ -60,7 +73,7 @@ def build_pipeline(dali: SimpleNamespace, config: LoaderConfig, inputs: Callable
         else:   # region decode unsafe on this GPU (gpu_region): the whole image, then the crop
             images = fn.decoders.image(jpegs, output_type=types.RGB, adjust_orientation=False, **decode)
             images = fn.slice(images, anchors, shapes, axis_names="HW")
-        images = fn.resize(images, size=list(config.augment.size), antialias=True, interp_type=types.INTERP_LINEAR)
+        images = fn.resize(images, size=list(spec.size), antialias=True, interp_type=types.INTERP_LINEAR)
         images = fn.crop_mirror_normalize(images, mirror=mirrors, mean=mean, std=std,
                                           dtype=dali_dtype(types, out.dtype),
                                           output_layout="HWC" if out.channels_last else "CHW")
@@ -69,15 +82,15 @@ def build_pipeline(dali: SimpleNamespace, config: LoaderConfig, inputs: Callable
     return pipe
 
 
-def to_torch(dali: SimpleNamespace, batch, config: LoaderConfig, stream) -> torch.Tensor:
+def to_torch(dali: SimpleNamespace, batch, output: OutputSpec, stream) -> torch.Tensor:
     """Copy DALI's output into a tensor torch owns, on the consumer's stream (device to device
     on the GPU), so torch's allocator governs its lifetime."""
     tensor = batch.as_tensor()
-    dtype = config.output.dtype
+    dtype = output.dtype
     native = {torch.uint8: torch.uint8, torch.float16: torch.float16}.get(dtype, torch.float32)
-    images = torch.empty(tensor.shape(), dtype=native, device=config.output.device)
+    images = torch.empty(tensor.shape(), dtype=native, device=output.device)
     dali.feed_ndarray(tensor, images, cuda_stream=stream)
-    if config.output.channels_last:
+    if output.channels_last:
         images = images.permute(0, 3, 1, 2)  # NHWC memory seen as NCHW: channels_last, no copy
     return images.to(dtype) if images.dtype != dtype else images
 

@@ -1,17 +1,16 @@
-"""The consumer's side of both CPU engines, and the one owner of the ring's Slots while a
-run lasts: it plans each batch, in order, into a free Slot and hands it to the engine's
-queue (the decode threads' DecodeQueue, the workers' WorkerQueue), then gives the filled
-Slots back in the same order, and takes each back when it is released. Planning runs
-here, on the consumer's thread and outside the queue's lock: the decode threads and the
-workers only read, decode and write.
+"""The consumer's side of the CPU engine, and the one owner of the ring's Slots while a run
+lasts: it plans each batch, in order, into a free Slot and hands it to the queue that has
+the workers fill it (dispatch.py), then gives the filled Slots back in the same order, and
+takes each back when it is released. Planning runs here, on the consumer's thread: the
+workers only read, decode, transform and write.
 
-The data flows one way: plan -> load a free Slot (its labels, targets and the transforms'
-parameters) -> decode threads or workers fill it -> the Finisher finishes it -> released here.
+The data flows one way: plan -> load a free Slot (its labels and targets) -> the workers
+fill it -> the Finisher finishes it -> released here.
 """
 from __future__ import annotations
 
 import collections
-from typing import Callable, Iterator, Protocol
+from typing import Iterator, Protocol
 
 from ..plan import BatchPlan
 from .ring import Ring
@@ -20,7 +19,7 @@ from .target_batches import TargetSpec, plan_targets
 
 
 class BatchQueue(Protocol):
-    """What fills the Slots a Feed plans: a DecodeQueue or a WorkerQueue."""
+    """What fills the Slots a Feed plans (dispatch.ChunkQueue)."""
 
     def submit(self, slot: Slot) -> None: ...
 
@@ -31,13 +30,10 @@ class BatchQueue(Protocol):
 
 class Feed:
     """Keeps every free Slot of ``ring`` planned and submitted to ``queue``. Not thread-safe:
-    one consumer calls it. ``draw``: plan -> the per-sample transforms' parameters
-    (transforming.py), or None; ``targets``: the targets beyond the label, or None."""
+    one consumer calls it. ``targets``: the targets beyond the label, or None."""
 
-    def __init__(self, queue: BatchQueue, plans: Iterator[BatchPlan], ring: Ring,
-                 draw: Callable | None = None, targets: TargetSpec | None = None):
-        self._queue, self._plans, self._ring = queue, plans, ring
-        self._draw, self._targets = draw, targets
+    def __init__(self, queue: BatchQueue, plans: Iterator[BatchPlan], ring: Ring, targets: TargetSpec | None = None):
+        self._queue, self._plans, self._ring, self._targets = queue, plans, ring, targets
         self._free = collections.deque(range(ring.slots))
         self._ended = False
 
@@ -53,8 +49,7 @@ class Feed:
                 self._ended = True
                 self._queue.fail(exc)
                 return
-            # transforms: drawn here, once per batch, applied by the workers
-            slot.load(plan, self._draw(plan) if self._draw is not None else None)
+            slot.load(plan)
             plan_targets(self._targets, slot)   # targets beyond the label: none for a label-only store
             self._free.popleft()
             self._queue.submit(slot)

@@ -21,16 +21,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..config import LoaderConfig
-from ..decoders.base import Box
+from ..decoders.base import Box, whole_pixels
 from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
 from .background import ahead
-from .cuda_finisher import device_batches_bytes
+from .cuda_finisher import CudaFinisher
 from .normalization import layout_of
-from .parts import EngineParts
-from .policy import BadRecordPolicy
+from .policy import BadRecordPolicy, BadRecords
 from .slot import Slot, made_slot
+from .target_batches import TargetSpec
 
 
 class GpuDecodeBatches:
@@ -43,26 +42,22 @@ class GpuDecodeBatches:
     by feedline's CPU decoder and uploaded; a record neither can decode is a bad record.
     """
 
-    def __init__(self, store, config: LoaderConfig, parts: EngineParts, crops):
+    def __init__(self, store, workers: int, prefetch: int, targets: TargetSpec | None, bad_records: BadRecords,
+                 finisher: CudaFinisher, crops):
+        """``workers``: nvImageCodec's CPU threads; ``prefetch``: batches made ahead; ``finisher``:
+        a CudaFinisher, on whose stream decoding runs, so finishing follows it."""
         from ..decoders.nvimgcodec_library import load_nvimgcodec
         nv = load_nvimgcodec()
-        self.store, self.config = store, config
-        self.device = torch.device(config.output.device)
-        self._decoder = nv.Decoder(device_id=self.device.index or 0, max_num_cpu_threads=config.num_threads,
+        self.store, self.prefetch, self.output = store, prefetch, finisher.output
+        self.device = torch.device(self.output.device)
+        self._decoder = nv.Decoder(device_id=self.device.index or 0, max_num_cpu_threads=workers,
                                    backends=[nv.Backend(nv.HW_GPU_ONLY), nv.Backend(nv.GPU_ONLY),
                                              nv.Backend(nv.HYBRID_CPU_GPU)])
         self._params = nv.DecodeParams(apply_exif_orientation=False, color_spec=nv.SRGB)
         self._crops = crops               # gpu_splice: a region of each record, or a grid store's spliced MCUs
         self._cpu = crops.fallback        # the CPU decoder for what the GPU cannot decode
-        self._targets, self._bad = parts.targets, parts.bad_records
-        self.finisher = parts.finisher    # a CudaFinisher: decoding runs on its stream, so finishing follows it
-        self._stream = self.finisher.stream
-
-    @staticmethod
-    def buffer_bytes(config: LoaderConfig) -> tuple[int, int]:
-        """(host, device) bytes of its buffers: the CUDA Finisher's batches on the device."""
-        h, w = config.augment.size
-        return 0, device_batches_bytes(config.prefetch, config.batch_size * h * w * 3, config.output)
+        self._targets, self._bad = targets, bad_records
+        self.finisher, self._stream = finisher, finisher.stream
 
     # -- one batch, on the producer thread --------------------------------------------
 
@@ -71,7 +66,7 @@ class GpuDecodeBatches:
         bytes cannot be read."""
         samples = []
         for k, index in enumerate(plan.indices.tolist()):
-            box, flip = Box(*plan.boxes[k]), bool(plan.flips[k])
+            box, flip = whole_pixels(Box(*plan.boxes[k])), bool(plan.flips[k])   # evaluation crops: floats
             try:
                 samples.append((index, self.store.read_checked(index), box, flip, int(plan.labels[k])))
             except Exception as exc:  # a read or checksum failure: a bad record, as in every engine
@@ -80,7 +75,7 @@ class GpuDecodeBatches:
 
     def _cpu_sample(self, index: int, box, flip: bool):
         """A substitute as a sample, decoded on the CPU (which proves it decodes) and cropped."""
-        image = self._cpu_crop(self.store.read_checked(index), Box(*box))
+        image = self._cpu_crop(self.store.read_checked(index), whole_pixels(Box(*box)))
         return index, image, Box(0, 0, *image.shape[:2]), flip, self.store.label(index)
 
     def _cpu_crop(self, data, box: Box) -> np.ndarray:
@@ -120,7 +115,7 @@ class GpuDecodeBatches:
         h, w = epoch.spec.size
         with torch.cuda.stream(self._stream):
             batch = torch.empty((len(samples), 3, h, w), dtype=torch.float32, device=self.device,
-                                memory_format=layout_of(self.config.output))
+                                memory_format=layout_of(self.output))
             labels = torch.empty(len(samples), dtype=torch.int64)
             decoded = np.empty(len(samples), dtype=np.int64)   # the records delivered, substitutes included
             for k, (index, data, box, flip, label) in enumerate(samples):
@@ -147,7 +142,7 @@ class GpuDecodeBatches:
         finished = ((finish(slot), decoded) for slot, decoded in
                     (self._fill(plan, policy, stats, epoch)
                      for plan in epoch.batches(self.store.labels, self.store.sizes, start)))
-        for batch, _ in ahead(finished, self.config.prefetch, "feedline-gpu-decode"):
+        for batch, _ in ahead(finished, self.prefetch, "feedline-gpu-decode"):
             yield self.finisher.hand_over(batch)
 
     def close(self) -> None:

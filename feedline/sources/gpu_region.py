@@ -10,17 +10,15 @@ the rule, on every GPU:
   nvImageCodec 0.9.x: region decode unsafe; any other version: safe.
 
 Where it is unsafe, the GPU decodes the whole image and the crop is cut on the device (a
-view, no copy): slower for small crops of large images, never a crash. The environment
-variable FEEDLINE_GPU_REGION_DECODE overrides the rule: "0" never decodes regions on the
-GPU, "1" always does (once a fixed nvImageCodec is out), "auto" or unset applies the rule.
-The GPU check sets "0" when its smoke test sees a region decode crash. The choice is
-logged once per process. CPU decoding (DALI's CPU pipeline, libjpeg-turbo) is unaffected.
+view, no copy): slower for small crops of large images, never a crash. FeedLoader's
+``region_decode`` overrides the rule: False never decodes regions on the GPU, True always
+does (once a fixed nvImageCodec is out), None applies the rule (the CLI and the GPU check
+read FEEDLINE_GPU_REGION_DECODE=0/1/auto into it). The choice is logged once per process. CPU decoding (DALI's CPU pipeline, libjpeg-turbo) is unaffected.
 """
 from __future__ import annotations
 
 import functools
 import logging
-import os
 
 import torch
 
@@ -29,19 +27,15 @@ from .gpu_splice import GridSplice, RegionStreams, image_tensor
 
 log = logging.getLogger(__name__)
 
-SETTING = "FEEDLINE_GPU_REGION_DECODE"
 BROKEN_SERIES = ((0, 9),)   # nvImageCodec release series whose GPU region decode crashes or fails
 
 
 def region_decode_safe(nvimgcodec_version: str | None, capability: tuple[int, int] | None = None,
-                       setting: str | None = None) -> tuple[bool, str]:
+                       choice: bool | None = None) -> tuple[bool, str]:
     """(safe, why) for GPU region decoding with this nvImageCodec on a GPU of this compute
-    capability, under ``setting`` (the value of FEEDLINE_GPU_REGION_DECODE, or None)."""
-    choice = (setting or "auto").strip().lower()
-    if choice in ("0", "1"):
-        return choice == "1", f"{SETTING}={choice}"
-    if choice != "auto":
-        raise ValueError(f"{SETTING}={setting!r}: expected 0, 1 or auto")
+    capability, unless ``choice`` (the loader's ``region_decode``) says."""
+    if choice is not None:
+        return bool(choice), f"region_decode={bool(choice)}"
     device = f"compute capability {capability[0]}.{capability[1]}" if capability else "this GPU"
     if nvimgcodec_version is None:
         return True, "nvImageCodec version unknown"
@@ -55,6 +49,15 @@ def region_decode_safe(nvimgcodec_version: str | None, capability: tuple[int, in
     return True, f"nvImageCodec {nvimgcodec_version} on {device}"
 
 
+def region_decode_choice(setting: str | None) -> bool | None:
+    """``region_decode`` from a setting's text ("0", "1", "auto" or unset): what the CLI and
+    the GPU check read from FEEDLINE_GPU_REGION_DECODE."""
+    choice = (setting or "auto").strip().lower()
+    if choice not in ("0", "1", "auto"):
+        raise ValueError(f"FEEDLINE_GPU_REGION_DECODE={setting!r}: expected 0, 1 or auto")
+    return None if choice == "auto" else choice == "1"
+
+
 def nvimgcodec_version() -> str | None:
     """The installed nvImageCodec's version, from its package metadata (no import)."""
     from importlib import metadata
@@ -66,10 +69,10 @@ def nvimgcodec_version() -> str | None:
     return None
 
 
-def gpu_region_decode(device: torch.device | int | None) -> bool:
+def gpu_region_decode(device: torch.device | int | None, choice: bool | None = None) -> bool:
     """Whether to decode regions on ``device`` (a CUDA device); logs the choice once."""
     capability = torch.cuda.get_device_capability(device) if torch.cuda.is_available() else None
-    safe, why = region_decode_safe(nvimgcodec_version(), capability, os.environ.get(SETTING))
+    safe, why = region_decode_safe(nvimgcodec_version(), capability, choice)
     _log_choice(safe, why)
     return safe
 
@@ -79,8 +82,8 @@ def _log_choice(safe: bool, why: str) -> None:
     if safe:
         log.info("GPU region decode in use (%s)", why)
     else:
-        log.warning("GPU region decode off: whole images are decoded and cropped on the GPU (%s; set %s=1 "
-                    "to force region decode)", why, SETTING)
+        log.warning("GPU region decode off: whole images are decoded and cropped on the GPU (%s; pass "
+                    "region_decode=True to force it)", why)
 
 
 def crop_on_device(image, box: Box, device: torch.device) -> torch.Tensor | None:
@@ -119,9 +122,10 @@ class WholeImages:
         return images
 
 
-def crop_streams(store, output) -> "RegionStreams | GridSplice | WholeImages":
+def crop_streams(store, output, region_decode: bool | None = None) -> "RegionStreams | GridSplice | WholeImages":
     """The crop streams for the GPU engine reading ``store`` onto ``output.device``: a grid
-    store's spliced MCUs, else regions where GPU region decode is safe, else whole images."""
+    store's spliced MCUs, else regions where GPU region decode is safe (or ``region_decode``
+    says so), else whole images."""
     from ..decoders import get_decoder
     from ..decoders.grid_decoder import grid_decoder_for
     from ..decoders.jpeg_grid import is_grid_store
@@ -129,6 +133,6 @@ def crop_streams(store, output) -> "RegionStreams | GridSplice | WholeImages":
     nv, cpu, device = load_nvimgcodec(), get_decoder("auto"), torch.device(output.device)
     if is_grid_store(store):
         return GridSplice(nv, device, grid_decoder_for(store, cpu))   # refuses a damaged grid as the splice does
-    if gpu_region_decode(device):
+    if gpu_region_decode(device, region_decode):
         return RegionStreams(nv, cpu)
     return WholeImages(nv, device, cpu)

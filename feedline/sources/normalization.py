@@ -1,16 +1,14 @@
 """From decoded uint8 pixels to what the consumer receives: (x / 255 - mean) / std in
 the output's dtype and memory layout, or the uint8 pixels themselves when mean is None.
 
-One function per device, both from the same constants: ``HostNormalizer`` maps one
-sample at a time on the host with a lookup table (cv2.LUT), in the decode thread that
-decoded it while the sample is still in cache; ``normalize_batch`` maps a whole batch
-with torch on any device (the Finishers). DALI normalizes inside
-its own pipeline with ``pixel_mean_std``.
+Two functions from the same constants: ``normalize_table``, the lookup table (uint8 level
+-> value) a worker maps each sample through on the host (rows.py), while the sample it
+decoded is still in cache; ``normalize_batch`` maps a whole batch with torch on any device
+(the Finishers). DALI normalizes inside its own pipeline with ``pixel_mean_std``.
 """
 from __future__ import annotations
 
 import functools
-import threading
 
 import numpy as np
 import torch
@@ -35,58 +33,6 @@ def normalize_table(mean, std) -> np.ndarray:
     levels = np.arange(256, dtype=np.float64)[:, None] / 255.0
     table = (levels - np.array(mean)) / np.array(std)
     return table.astype(np.float32).reshape(1, 256, 3)
-
-
-class _Converted(threading.local):
-    """Each decode thread's float32 sample, while it is written into a row of another layout."""
-
-    def __init__(self):
-        self.buffer: np.ndarray | None = None
-
-
-class HostNormalizer:
-    """The host's function: one H x W x 3 uint8 sample into one C x H x W row of a batch."""
-
-    def __init__(self, output: OutputSpec):
-        self.dtype = output.dtype
-        # uint8 level -> normalized float32, per channel, as cv2.LUT takes it
-        self._table = normalize_table(output.mean, output.std) if output.mean is not None else None
-        # Written straight into the row when its memory is H x W x C in a dtype cv2 writes.
-        self._direct = output.channels_last and self.dtype in (torch.float32, torch.uint8)
-        self._scratch = _Converted()
-
-    @property
-    def in_place(self) -> bool:
-        """Whether a row is the sample itself (uint8, channels_last): decode into the row."""
-        return self._direct and self._table is None
-
-    def row_pixels(self, row: torch.Tensor) -> np.ndarray:
-        """The H x W x 3 array that is ``row`` (C x H x W, channels_last memory)."""
-        return row.permute(1, 2, 0).numpy()
-
-    def __call__(self, sample: np.ndarray, row: torch.Tensor) -> None:
-        """Write ``sample`` into ``row``, normalized and cast."""
-        import cv2
-        if self._direct:
-            dst = self.row_pixels(row)
-            if self._table is None:
-                np.copyto(dst, sample)
-            elif cv2.LUT(sample, self._table, dst=dst) is not dst:
-                raise RuntimeError("cv2.LUT did not write into the batch")
-            return
-        converted = sample
-        if self._table is not None:
-            converted = self._scratch.buffer
-            if converted is None or converted.shape != sample.shape:
-                converted = self._scratch.buffer = np.empty(sample.shape, dtype=np.float32)
-            cv2.LUT(sample, self._table, dst=converted)
-        if self.dtype in (torch.float32, torch.uint8):
-            # numpy's copy: one thread, the GIL released. torch's copy_ of a permuted view runs
-            # intra-op threads from inside each decode thread, which on a busy CPU took
-            # milliseconds per sample where this takes a fraction of one.
-            np.copyto(row.numpy(), converted.transpose(2, 0, 1))
-        else:
-            row.copy_(torch.from_numpy(converted).permute(2, 0, 1))
 
 
 @functools.lru_cache(maxsize=16)

@@ -12,19 +12,17 @@ from __future__ import annotations
 
 from typing import Callable, NoReturn, TypeVar
 
-import numpy as np
-
 from ..choices import OnError
-from ..errors import DecodeError, UnavailableError
+from ..errors import ChecksumError, DecodeError, UnavailableError
 from ..ledger import BadRecord, BadRecordLedger, reason_of
 from ..plan import BatchPlan, EpochPlan
-from .substitute import MAX_ATTEMPTS, substitute_sample
+from .substitute import first_substitute
 
 T = TypeVar("T")
 
 # An engine's way of delivering a substitute: (record, crop box, flip) -> what it made of it,
 # raising when that record fails too.
-Attempt = Callable[[int, np.ndarray, bool], T]
+Attempt = Callable[[int, tuple, bool], T]
 
 
 def record_error(store, index: int, error: BaseException) -> DecodeError | UnavailableError:
@@ -33,7 +31,8 @@ def record_error(store, index: int, error: BaseException) -> DecodeError | Unava
     if isinstance(error, DecodeError) and error.index == index or isinstance(error, UnavailableError):
         return error
     # A checksum error names the record and says what to do itself: only its facts go on.
-    path, detail = store.path(index), getattr(error, "detail", None) or str(error)
+    detail = error.detail if isinstance(error, ChecksumError) and error.detail else str(error)
+    path = store.path(index)
     stop = "" if detail.endswith(".") else "."   # a store's message ends with its own full stop
     return DecodeError(f"record {index} ({path}) of {store.filename}: {reason_of(error)}: {detail}{stop} "
                        "Check the file with `feedline verify`, or pass on_error='substitute'.",
@@ -55,6 +54,11 @@ class BadRecords:
 
     def __init__(self, store, on_error: OnError):
         self.store, self.on_error = store, OnError.parse(on_error, "on_error")
+
+    @property
+    def substitutes(self) -> bool:
+        """Whether a bad record is replaced by the rule's first good one (else raised)."""
+        return self.on_error is OnError.SUBSTITUTE
 
     def policy(self, epoch: EpochPlan, ledger: BadRecordLedger) -> "BadRecordPolicy":
         return BadRecordPolicy(self.store, self.on_error, epoch, ledger)
@@ -79,18 +83,19 @@ class BadRecordPolicy:
             raise error
         raise raised from error
 
+    def substituted(self, plan: BatchPlan, position: int, error: BaseException, substitute: int) -> None:
+        """Sample ``position`` of ``plan`` was bad (``error``) and ``substitute`` was delivered."""
+        self.ledger.add(bad_record(self.store, plan, position, error, substitute))
+
     def replace(self, plan: BatchPlan, position: int, error: BaseException, attempt: Attempt) -> T:
         """Sample ``position`` of ``plan`` is bad (``error``): raise it, or return what
         ``attempt`` makes of the first substitute it can deliver (the ledger names that one)."""
         if self.raises or isinstance(error, UnavailableError):
             self.fail(plan, position, error)
         ep, index = self.epoch, int(plan.indices[position])
-        for n in range(MAX_ATTEMPTS):
-            other, box, flip = substitute_sample(ep.spec, ep.seed, ep.epoch, index, n, self.store.sizes)
-            try:
-                made = attempt(other, box, flip)
-            except Exception:  # this substitute is bad too: the rule's next one
-                continue
-            self.ledger.add(bad_record(self.store, plan, position, error, other))
-            return made
-        self.fail(plan, position, error)
+        found = first_substitute(ep.spec, ep.seed, ep.epoch, index, self.store.sizes, attempt)
+        if found is None:
+            self.fail(plan, position, error)
+        other, _, _, made = found
+        self.substituted(plan, position, error, other)
+        return made

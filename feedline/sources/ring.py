@@ -1,31 +1,105 @@
-"""The ring of Slots the thread engine fills: ``prefetch + 2`` of them, each made whole
-with its memory (slot.py), so memory stays constant however long the run.
+"""The ring of Slots the CPU engine fills: ``prefetch + 2`` of them, each made whole with its
+memory, so memory stays constant however long the run.
 
-Two kinds of memory, by where the batch is finished:
-- for a CUDA Finisher: pinned uint8 N x H x W x 3 pixels and int64 labels, reused once
-  the host-to-device copy that reads them has finished (the Finisher says when);
-- on the host: the tensors the consumer receives (host_output.py says what happens to a
-  batch it keeps): a slot whose tensors are still held elsewhere is made anew.
-The targets beyond the label live in the slot beside the images, pinned where they are.
+Each Slot's images live in an arena (arena.py) that every worker maps, as the rows a
+RowFormat describes: the host batch the consumer receives, written normalized by the
+workers (``writes_normalized``), or uint8 pixels for the Finisher to normalize; for a CUDA
+Finisher (or ``pin_memory``) the arena is pinned in place (host_pinning.py), so the
+host-to-device copy is asynchronous. Labels and targets sit beside it, pinned where it is.
+
+On the host the consumer may keep a batch as long as it likes: a Slot is written again
+only when nothing else holds its tensors (PyTorch counts the users of a tensor's memory);
+one still held is made anew, with a new arena, and the kept tensors are the consumer's
+alone. The batch the consumer holds and the one before it are lent; the other
+``prefetch`` Slots are being filled meanwhile. Pixels for a CUDA Finisher are reused as
+they are, once their copy has finished.
 """
 from __future__ import annotations
 
-import functools
+import itertools
+from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import torch
 
 from ..config import OutputSpec
-from .host_output import host_images, memory_users
-from .normalization import HostNormalizer
+from .arena import Arena
+from .cuda_finisher import device_batches_bytes
+from .host_memory import available_host_bytes
+from .host_pinning import HostPinning
+from .normalization import normalize_table
+from .rows import RowFormat
 from .slot import Slot
 from .target_batches import TargetSpec
+from .workers import Workers
+
+# Output dtypes a worker writes normalized (numpy has them); others get uint8 pixels,
+# normalized per batch by the Finisher.
+_NUMPY_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.uint8: "uint8"}
+GIB = 1024 ** 3
 
 
 def ring_slots(prefetch: int) -> int:
-    """The Slots of the thread engine's ring: the ``prefetch`` batches filled ahead and two
-    more, the batch the consumer holds and the one before it (host_output.py)."""
+    """The Slots of the ring: the ``prefetch`` batches filled ahead and two more, the batch
+    the consumer holds and the one before it."""
     return prefetch + 2
+
+
+def memory_users(tensor: torch.Tensor) -> int | None:
+    """How many tensors (and storages) share ``tensor``'s memory; None where PyTorch does not say."""
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    return None if count is None else count(tensor.untyped_storage()._cdata)
+
+
+def writes_normalized(output: OutputSpec) -> bool:
+    """Whether the workers write the batch the host consumer receives (else uint8 pixels)."""
+    return not output.on_cuda and output.dtype in _NUMPY_DTYPES
+
+
+def row_format(output: OutputSpec, batch_size: int, size: tuple[int, int]) -> RowFormat:
+    if not writes_normalized(output):
+        return RowFormat(batch_size, tuple(size))
+    table = normalize_table(output.mean, output.std) if output.mean is not None else None
+    return RowFormat(batch_size, tuple(size), _NUMPY_DTYPES[output.dtype], output.channels_last, table)
+
+
+@dataclass(frozen=True)
+class RingSpec:
+    """The ring's shape: the batches made ahead, their size and where their memory is read."""
+
+    prefetch: int
+    batch_size: int
+    output: OutputSpec
+    pin: bool               # pinned for copies to a CUDA device (always for a CUDA output)
+
+    @property
+    def slots(self) -> int:
+        return ring_slots(self.prefetch)
+
+    def host_bytes(self, size: tuple[int, int]) -> int:
+        """The host memory of the CPU engine's Slots at ``size``."""
+        return self.slots * row_format(self.output, self.batch_size, size).nbytes
+
+    def check_fits(self, size: tuple[int, int], host_ring: bool) -> None:
+        """MemoryError, with the sizes, when the batch buffers at ``size`` cannot fit: the
+        Slots on the host (``host_ring``: the CPU engine's), and on a CUDA device the batches
+        prepared ahead and the one in use. Asked before anything is allocated."""
+        h, w = size
+        what, advice = f"batch_size={self.batch_size} at {h}x{w}", "use a smaller batch_size (or size, or prefetch)"
+        need, free = (self.host_bytes(size) if host_ring else 0), available_host_bytes()
+        if need and free is not None and need > free:
+            raise MemoryError(f"{what}: the batch buffers need about {need / GIB:,.1f} GiB of memory ({self.slots} "
+                              f"batches of {need / self.slots / GIB:,.2f} GiB for prefetch={self.prefetch}), "
+                              f"but {free / GIB:,.1f} GiB is available; {advice}")
+        output = self.output
+        need = device_batches_bytes(self.prefetch, self.batch_size * h * w * 3, output)
+        if need:
+            free = torch.cuda.mem_get_info(torch.device(output.device))[0]
+            if need > free:
+                raise MemoryError(f"{what}: the batches on {output.device} need about {need / GIB:,.1f} GiB "
+                                  f"({self.prefetch + 1} batches in {output.dtype}), but "
+                                  f"{free / GIB:,.1f} GiB is free there; {advice}")
 
 
 class Ring:
@@ -54,31 +128,44 @@ class Ring:
         return any(u is None or a is None or u > a for u, a in zip(now, self._alone[number], strict=True))
 
 
-def staging_slot(number: int, batch_size: int, size: tuple[int, int], targets: TargetSpec | None,
-                 pin: bool = True) -> Slot:
-    """A Slot of uint8 pixels for a CUDA Finisher to copy, pinned."""
-    images = torch.empty((batch_size, *size, 3), dtype=torch.uint8, pin_memory=pin)
-    labels = torch.empty(batch_size, dtype=torch.int64, pin_memory=pin)
-    return Slot(number, images, labels, targets.allocate(pin) if targets else None, size)
+class ArenaRing:
+    """The ring's Slots at one size, each in an arena of its own that every worker maps.
+    A Slot made anew gets a new arena; the workers forget the old one, whose memory goes
+    when the consumer lets go of it."""
 
+    def __init__(self, spec: RingSpec, size: tuple[int, int], workers: Workers, targets: TargetSpec | None,
+                 pinning: HostPinning | None = None):
+        """``pinning``: the one that pins the arenas (each ring of a loader shares it); made here when
+        ``spec.pin`` and none is given."""
+        if pinning is None and spec.pin:
+            pinning = HostPinning(spec.output.device if spec.output.on_cuda else "cuda")
+        self.spec, self.workers, self.targets, self.pinning = spec, workers, targets, pinning
+        self.format = row_format(spec.output, spec.batch_size, size)
+        self.arena_of: dict[int, int] = {}       # ring position -> arena number
+        self._numbers = itertools.count()
+        self.ring = Ring(spec.slots, size, self._make, reuse_held=spec.output.on_cuda)
 
-def output_slot(number: int, batch_size: int, size: tuple[int, int], output: OutputSpec,
-                targets: TargetSpec | None, pin: bool = False) -> Slot:
-    """A Slot of the host batch the consumer receives, in the output's dtype and layout."""
-    images = host_images((batch_size, 3, *size), output, HostNormalizer(output).dtype, pin)
-    labels = torch.empty(batch_size, dtype=torch.int64, pin_memory=pin)
-    return Slot(number, images, labels, targets.allocate(pin) if targets else None, size)
+    def _make(self, number: int) -> Slot:
+        fmt, spec = self.format, self.spec
+        arena = Arena(fmt.nbytes, shared=self.workers.shares_memory)
+        old, self.arena_of[number] = self.arena_of.get(number), next(self._numbers)
+        self.workers.give_arena(self.arena_of[number], fmt, arena)
+        if old is not None:
+            self.workers.drop_arena(old)
+        if self.pinning is not None:
+            flat = self.pinning.tensor(arena.memory, fmt.nbytes).view(getattr(torch, fmt.dtype))
+        else:
+            flat = torch.frombuffer(arena.memory, dtype=getattr(torch, fmt.dtype), count=int(np.prod(fmt.shape)))
+        images = flat.view(fmt.shape)
+        if not spec.output.on_cuda and fmt.channels_last:
+            images = images.permute(0, 3, 1, 2)   # N x C x H x W in channels_last memory
+        labels = torch.empty(spec.batch_size, dtype=torch.int64, pin_memory=spec.pin)
+        return Slot(number, images, labels, self.targets.allocate(spec.pin) if self.targets else None, fmt.size)
 
-
-def staging_ring(slots: int, batch_size: int, size: tuple[int, int], targets: TargetSpec | None,
-                 pin: bool = True) -> Ring:
-    """Staging Slots, reused as they are: the consumer gets copies."""
-    return Ring(slots, size, functools.partial(staging_slot, batch_size=batch_size, size=tuple(size),
-                                               targets=targets, pin=pin), reuse_held=True)
-
-
-def output_ring(slots: int, batch_size: int, size: tuple[int, int], output: OutputSpec,
-                targets: TargetSpec | None, pin: bool = False) -> Ring:
-    """Host output Slots, made anew where the consumer still holds the old ones."""
-    return Ring(slots, size, functools.partial(output_slot, batch_size=batch_size, size=tuple(size),
-                                               output=output, targets=targets, pin=pin), reuse_held=False)
+    def resized(self, size: tuple[int, int]) -> "ArenaRing":
+        """A ring at ``size`` in place of this one (a size schedule moved), this one's arenas
+        dropped first: memory is that of the current size, never the sum of all sizes."""
+        for arena in self.arena_of.values():
+            self.workers.drop_arena(arena)
+        self.arena_of.clear()
+        return ArenaRing(self.spec, size, self.workers, self.targets, self.pinning)

@@ -1,63 +1,74 @@
-"""How a decode thread writes sample j of a Slot: where it decodes the sample
-(``buffer``), then what it does with it (``write``): the per-sample transforms drawn for
-the batch (the Slot's ``drawn``), then into the row.
+"""How a worker writes a sample into a row of a Slot's memory: numpy and OpenCV only (no
+torch), so a worker process imports only what it uses.
 
-- StagingRows: the row is uint8 pixels (for a CUDA Finisher): decoded in place.
-- HostRows: the row is what a host consumer receives: normalized into it (normalization.py),
-  or decoded straight into it when the output is its uint8 pixels in channels_last memory.
+A RowFormat says what a row of a Slot's arena is: uint8 pixels (N x H x W x 3, for a CUDA
+Finisher or an output dtype numpy lacks), or the host batch the consumer receives,
+normalized into the output's dtype and layout with a lookup table (uint8 level -> value).
 """
 from __future__ import annotations
 
-import threading
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import OutputSpec
-from .normalization import HostNormalizer
-from .slot import Slot
+
+@dataclass(frozen=True)
+class RowFormat:
+    """The layout of one arena: ``batch`` rows of ``size`` (H, W). ``dtype``: numpy's name of
+    the row's dtype ("uint8", "float32", "float16"); ``channels_last``: H x W x 3 rows (always
+    for pixels), else 3 x H x W; ``table``: uint8 level -> normalized value per channel
+    (1 x 256 x 3 float32), None for pixels."""
+
+    batch: int
+    size: tuple[int, int]
+    dtype: str = "uint8"
+    channels_last: bool = True
+    table: np.ndarray | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        h, w = self.size
+        return (self.batch, h, w, 3) if self.channels_last else (self.batch, 3, h, w)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+
+    @property
+    def in_place(self) -> bool:
+        """Whether a row is the decoded sample itself (uint8 H x W x 3)."""
+        return self.dtype == "uint8" and self.channels_last and self.table is None
 
 
-class StagingRows:
-    """Rows of uint8 N x H x W x 3 host pixels."""
+class RowWriter:
+    """One worker's view of one arena: where sample j is decoded (``buffer``) and how it is
+    written into row j (``write``). Its scratch is its own: one writer per worker and arena."""
 
-    def buffer(self, slot: Slot, j: int) -> np.ndarray:
-        return slot.image_rows[j]
+    def __init__(self, fmt: RowFormat, memory):
+        self.fmt = fmt
+        self.rows = np.frombuffer(memory, dtype=fmt.dtype, count=int(np.prod(fmt.shape))).reshape(fmt.shape)
+        self._scratch = np.empty((*fmt.size, 3), dtype=np.uint8)
+        self._converted = np.empty((*fmt.size, 3), dtype=np.float32) if fmt.table is not None else None
 
-    def write(self, slot: Slot, j: int, decoded: np.ndarray) -> None:
-        """The sample was decoded in place; a CUDA Finisher normalizes the batch."""
-        if slot.drawn is not None:
-            out = slot.drawn.apply(j, decoded)
-            if out is not decoded:
-                np.copyto(decoded, out)
+    def buffer(self, j: int) -> np.ndarray:
+        """uint8 H x W x 3: row j itself when it holds the pixels, else scratch."""
+        return self.rows[j] if self.fmt.in_place else self._scratch
 
-
-class _Scratch(threading.local):
-    """Each decode thread's sample, while it is transformed and normalized."""
-
-    def __init__(self):
-        self.pixels: np.ndarray | None = None
-
-
-class HostRows:
-    """Rows of the N x C x H x W tensors a host consumer receives. With per-sample transforms
-    a sample is decoded into scratch, transformed there as uint8, then normalized into its row."""
-
-    def __init__(self, output: OutputSpec):
-        self.normalizer = HostNormalizer(output)
-        self._scratch = _Scratch()
-
-    def buffer(self, slot: Slot, j: int) -> np.ndarray:
-        """uint8 H x W x 3: the row itself when the output is its pixels, else this thread's scratch."""
-        if self.normalizer.in_place and slot.drawn is None:
-            return self.normalizer.row_pixels(slot.images[j])
-        shape = (*slot.images.shape[2:], 3)
-        if self._scratch.pixels is None or self._scratch.pixels.shape != shape:
-            self._scratch.pixels = np.empty(shape, dtype=np.uint8)
-        return self._scratch.pixels
-
-    def write(self, slot: Slot, j: int, decoded: np.ndarray) -> None:
-        if slot.drawn is not None:
-            decoded = slot.drawn.apply(j, decoded)
-        elif self.normalizer.in_place:
+    def write(self, j: int, sample: np.ndarray) -> None:
+        """``sample`` (uint8 H x W x 3) into row j: as it is, or normalized and cast."""
+        row = self.rows[j]
+        if self.fmt.in_place:
+            if sample is not row:
+                np.copyto(row, sample)
             return
-        self.normalizer(decoded, slot.images[j])
+        dst = row if self.fmt.channels_last else row.transpose(1, 2, 0)   # an H x W x 3 view of the row
+        if self.fmt.table is None:
+            np.copyto(dst, sample)
+            return
+        import cv2
+        if self.fmt.dtype == "float32" and self.fmt.channels_last:
+            if cv2.LUT(sample, self.fmt.table, dst=dst) is not dst:
+                raise RuntimeError("cv2.LUT did not write into the batch")
+            return
+        cv2.LUT(sample, self.fmt.table, dst=self._converted)
+        np.copyto(dst, self._converted, casting="unsafe")

@@ -2,8 +2,8 @@
 the consumer has it. It sits at the bottom of sources/ and imports nothing else of it.
 
 A ring (ring.py) makes each Slot whole, with its memory; the Feed plans a batch into it
-(``load``); an engine fills it (decode threads write rows, and ``substitute`` a bad
-record); a Finisher (finisher.py, cuda_finisher.py) turns it into what the consumer
+(``load``); an engine fills it (workers write its rows; the consumer records a
+``substitute`` they report); a Finisher (finisher.py, cuda_finisher.py) turns it into what the consumer
 receives. The engines that decode whole batches (gpu, dali) make a Slot per batch, loaded.
 Only this module assigns a Slot's fields (tests/test_structure.py checks it).
 """
@@ -32,26 +32,21 @@ class Slot:
     targets: dict[str, torch.Tensor] | None
     size: tuple[int, int]
     plan: BatchPlan | None = None                    # the batch planned into it
-    drawn: object | None = None                      # its per-sample transforms' parameters (transforming.py)
     decoded: np.ndarray | None = None                # the records actually decoded: substitutes in place of bad ones
-    # numpy views of the host memory, for the decode threads (no copies, no per-sample tensors)
-    image_rows: np.ndarray | None = field(init=False, default=None)
+    # numpy views of the host memory the consumer writes (labels, targets): no copies
     label_rows: np.ndarray | None = field(init=False, default=None)
     target_rows: dict[str, np.ndarray] | None = field(init=False, default=None)
 
     def __post_init__(self):
         self.size = tuple(self.size)
-        if self.images.device.type == "cpu" and self.images.dtype == torch.uint8 and self.images.dim() == 4 \
-                and self.images.shape[-1] == 3 and self.images.is_contiguous():
-            self.image_rows = self.images.numpy()
         if self.labels.device.type == "cpu":
             self.label_rows = self.labels.numpy()
         if self.targets is not None and all(t.device.type == "cpu" for t in self.targets.values()):
             self.target_rows = {name: t.numpy() for name, t in self.targets.items()}
 
-    def load(self, plan: BatchPlan, drawn=None) -> None:
-        """``plan`` is planned into this slot: its labels written, its parameters drawn."""
-        self.plan, self.drawn = plan, drawn
+    def load(self, plan: BatchPlan) -> None:
+        """``plan`` is planned into this slot: its labels written."""
+        self.plan = plan
         self.decoded = np.array(plan.indices, dtype=np.int64)
         self.label_rows[:len(plan)] = plan.labels
 

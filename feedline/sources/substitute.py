@@ -1,9 +1,11 @@
 """Which record stands in for one that cannot be decoded (``on_error="substitute"``).
 
-A pure function of (seed, epoch, index, attempt), shared by the thread pipeline and the
-DALI pipeline, so both deliver the same batches whatever the thread count or resume point.
+A pure function of (seed, epoch, index, attempt), shared by every engine, so all deliver
+the same batches whatever the worker count or resume point.
 """
 from __future__ import annotations
+
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -12,6 +14,8 @@ from ..augment import AugmentSpec, plan as plan_augment, uniforms
 # The uniforms stream reserved for substitutes: crop and flip draws use stream 0.
 SUBSTITUTE_STREAM = 0x5B57
 MAX_ATTEMPTS = 16
+
+T = TypeVar("T")
 
 
 def substitute_index(seed: int, epoch: int, index: int, attempt: int, n: int) -> int:
@@ -36,3 +40,18 @@ def substitute_sample(spec: AugmentSpec, seed: int, epoch: int, index: int, atte
     boxes, flips = plan_augment(spec, seed, epoch, [sub], [h], [w])
     return sub, boxes[0], bool(flips[0])
 
+
+def first_substitute(spec: AugmentSpec, seed: int, epoch: int, index: int, sizes: np.ndarray,
+                     attempt: Callable[[int, tuple, bool], T]) -> tuple[int, tuple, bool, T] | None:
+    """The rule's first substitute of ``index`` that ``attempt(record, box, flip)`` delivers
+    without raising: (record, its crop box, its flip, what ``attempt`` made); None when
+    none of the MAX_ATTEMPTS does."""
+    for n in range(MAX_ATTEMPTS):
+        other, box, flip = substitute_sample(spec, seed, epoch, index, n, sizes)
+        box = tuple(np.asarray(box).tolist())   # ints, or an evaluation crop's fractional edges
+        try:
+            made = attempt(other, box, flip)
+        except Exception:  # this substitute is bad too: the rule's next one
+            continue
+        return other, box, flip, made
+    return None

@@ -54,12 +54,12 @@ class TargetSpec:
         return {name: t[:len(idx)] for name, t in tensors.items()}
 
 
-def target_spec(store, config) -> TargetSpec | None:
-    """The targets a loader of ``config`` delivers from ``store``; None when the store has only
-    ``label`` (the classic int64 labels, delivered as they always were)."""
+def target_spec(store, batch_size: int, min_visibility: float) -> TargetSpec | None:
+    """The targets a loader delivers from ``store``; None when the store has only ``label``
+    (the classic int64 labels, delivered as they always were)."""
     if store.fields == LABEL_ONLY:
         return None
-    return TargetSpec(store, config.batch_size, config.augment.min_box_visibility)
+    return TargetSpec(store, batch_size, min_visibility)
 
 
 def plan_targets(spec: TargetSpec | None, slot) -> None:
@@ -70,7 +70,7 @@ def plan_targets(spec: TargetSpec | None, slot) -> None:
 
 
 def substitute_targets(spec: TargetSpec | None, slot, j: int, index: int, crop, flip: bool) -> None:
-    """A decode thread's part: row ``j`` of the Slot now holds record ``index`` with its own crop and flip."""
+    """A substitute's part: row ``j`` of the Slot now holds record ``index`` with its own crop and flip."""
     if spec is not None:
         rows = {name: a[j:j + 1] for name, a in slot.target_rows.items()}
         spec.fill([index], rows, np.asarray(crop).reshape(1, 4), [bool(flip)], slot.size)

@@ -1,15 +1,15 @@
 """The loader's ``transforms`` and ``batch_transforms`` as every engine applies them.
 
-Parameters are drawn once per batch from (seed, epoch, index) of each planned sample, by
-whoever plans the batch (the thread engine's Feed, on the consumer's thread), so the
-batches are the same for any thread count, resume point and engine. Where they run:
+Parameters are pure functions of (seed, epoch, index) of each planned sample, drawn where
+the sample is made (the CPU engine's workers draw them per chunk), so the batches are the
+same for any worker count, resume point and engine. Where they run:
 
-- thread engine, host output: every per-sample transform on the decode threads, on the
+- CPU engine, host output: every per-sample transform in the workers (fill.py), on the
   uint8 crop before it is normalized into the batch; batch transforms on the consumer's
   thread on the finished batch;
-- thread engine, CUDA output: user callables (and built-ins before them) on the decode
-  threads; the trailing built-ins batched on the CUDA Finisher's side stream on uint8
-  before normalizing; batch transforms after normalizing, on the side stream;
+- CPU engine, CUDA output: user callables (and built-ins before them) in the workers; the
+  trailing built-ins batched on the CUDA Finisher's side stream on uint8 before
+  normalizing; batch transforms after normalizing, on the side stream;
 - DALI and GPU decode: their uint8 output through the same functions (``finish_pixels``),
   by their Finisher (finisher.py).
 
@@ -17,7 +17,6 @@ A sample's parameters belong to its planned index, also when a bad record is sub
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ..config import OutputSpec, TransformSpec
@@ -25,19 +24,6 @@ from ..plan import BatchPlan
 from ..transforms import BatchTransforms, SampleTransforms
 from ..transforms.with_targets import check_transforms_for_targets
 from .normalization import normalize_batch
-
-
-class DrawnSamples:
-    """One batch's per-sample parameters; ``apply(j, image)`` runs them on row j (any thread)."""
-
-    def __init__(self, transforms: SampleTransforms, seed: int, plan: BatchPlan):
-        self._transforms, self._seed, self._epoch = transforms, seed, plan.epoch
-        self._indices = plan.indices
-        self._params = transforms.draw(seed, plan.epoch, plan.indices)
-
-    def apply(self, j: int, image: np.ndarray) -> np.ndarray:
-        return self._transforms.apply_drawn(image, self._params, j, self._seed, self._epoch,
-                                            int(self._indices[j]))
 
 
 class Transforming:
@@ -56,10 +42,6 @@ class Transforming:
     def per_sample(self) -> bool:
         """Whether anything runs on each sample on the host."""
         return len(self.host) > 0
-
-    def drawn(self, plan: BatchPlan) -> DrawnSamples | None:
-        """The host part's parameters for ``plan`` (None when nothing runs per sample there)."""
-        return DrawnSamples(self.host, self.seed, plan) if len(self.host) else None
 
     def on_device(self, images: torch.Tensor, plan: BatchPlan) -> torch.Tensor:
         """The device part on a uint8 N x 3 x H x W batch (any device), before normalizing."""
@@ -81,11 +63,11 @@ class Transforming:
     def finish_pixels(self, pixels: torch.Tensor, targets, plan: BatchPlan, output: OutputSpec):
         """For engines that decode whole batches: uint8 N x 3 x H x W pixels -> the batch the
         consumer receives (per-sample transforms, normalization, batch transforms)."""
-        if len(self.host):  # per sample on the host, as the thread engine does it
+        if len(self.host):  # per sample on the host, as the CPU engine's workers do it
             rows = pixels.permute(0, 2, 3, 1).cpu().numpy().copy()
-            drawn = self.drawn(plan)
+            params = self.host.draw(self.seed, plan.epoch, plan.indices)
             for j in range(len(rows)):
-                rows[j] = drawn.apply(j, rows[j])
+                rows[j] = self.host.apply_drawn(rows[j], params, j, self.seed, plan.epoch, int(plan.indices[j]))
             pixels = torch.from_numpy(rows).to(pixels.device).permute(0, 3, 1, 2)
         images = normalize_batch(self.on_device(pixels, plan), output)
         return self.on_batch(images, targets, plan)
@@ -96,12 +78,12 @@ def store_classes(store) -> int | None:
     return len(store.classes) if store.classes else None
 
 
-def transforming(store, config, batched_on_device: bool | None = None) -> Transforming | None:
-    """The transforms of ``config`` for a source reading ``store``; None when there are none.
-    A TransformError first when the store's boxes cannot follow one of them."""
-    spec = config.transforms
-    check_transforms_for_targets(store.fields, spec.transforms, spec.batch_transforms)
+def transforming(store, spec: TransformSpec, seed: int, batched_on_device: bool) -> Transforming | None:
+    """The transforms of ``spec`` for a source reading ``store``; None when there are none.
+    A TransformError first when the store's boxes cannot follow one of them.
+    ``batched_on_device``: a CUDA output, where the trailing built-ins run batched."""
     if not (spec.transforms or spec.batch_transforms):
         return None
-    on_device = config.output.on_cuda if batched_on_device is None else batched_on_device
-    return Transforming(config.transforms, config.seed, store_classes(store), on_device)
+    made = Transforming(spec, seed, store_classes(store), batched_on_device)
+    check_transforms_for_targets(store.fields, spec.transforms, spec.batch_transforms)
+    return made

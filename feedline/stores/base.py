@@ -22,7 +22,7 @@ _warned_no_checksums: set[str] = set()   # files already reported, so each is re
 class Store(ABC):
     """Random access to records: encoded bytes, targets, (height, width), source path.
     Thread-safe: many threads may call ``read`` at once, with no global lock on the read
-    path. Fork-safe: a forked child never touches, not even to close, handles it inherited."""
+    path. Fork-safe (``before_fork`` first): a child never touches, even to close, what it inherited."""
 
     filename: str   # the file or folder the store was opened from
     kind: str       # "lmdb", "hdf5" or "folder"
@@ -173,16 +173,15 @@ class Store(ABC):
 def checksum_mismatch(filename: str, index: int, path: str, expected: int, actual: int) -> ChecksumError:
     """A record's checksum mismatch: what, where and what to do; ``.detail`` is what the
     loader's one-line error adds after naming the record and before its own advice."""
-    error = ChecksumError(
+    return ChecksumError(
         f"{filename}: record {index} ({path}): checksum mismatch (stored {expected:016x}, "
         f"the bytes read hash to {actual:016x}): the file changed on disk after it was packed. "
         "Copy it again or pack the source folder again (feedline pack SRC OUT --overwrite); "
         "`feedline verify --checksums-only` lists every damaged record; to train past damaged "
-        "records, pass on_error='substitute'.", filename, index, path)
-    error.detail = (f"stored {expected:016x}, the bytes read hash to {actual:016x}: the file changed on "
-                    "disk after it was packed; copy it again or pack the source folder again "
-                    "(feedline pack SRC OUT --overwrite)")
-    return error
+        "records, pass on_error='substitute'.", filename, index, path,
+        detail=(f"stored {expected:016x}, the bytes read hash to {actual:016x}: the file changed on "
+                "disk after it was packed; copy it again or pack the source folder again "
+                "(feedline pack SRC OUT --overwrite)"))
 
 
 def column_names(meta: dict) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from PIL import Image
 
 from ..errors import FeedlineError, StoreError
 from ..format import Columns
-from ..scan import scan_folder
+from ..scan import log_problems, scan_folder
 from ..targets import LABEL_ONLY, TargetColumns
 from .base import Store
 
@@ -26,6 +26,7 @@ class FolderStore(Store):
     def __init__(self, root: str, labels_csv: str | None = None):
         try:
             scan = scan_folder(root, labels_csv)
+            log_problems(scan.root, scan.problems)
         except StoreError:
             raise
         except FeedlineError as exc:  # no images, an unreadable labels file: not a usable store

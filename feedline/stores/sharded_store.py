@@ -128,10 +128,8 @@ class ShardedStore(Store):
     def mismatch_error(self, index: int, expected: int, actual: int) -> ChecksumError:
         store, local = self._locate(index)
         error = store.mismatch_error(local, expected, actual)
-        combined = ChecksumError(f"{self.filename}: record {index}, in shard {error}", store.filename, index,
-                                 error.path)
-        combined.detail = f"in shard {store.filename}, {error.detail}"
-        return combined
+        return ChecksumError(f"{self.filename}: record {index}, in shard {error}", store.filename, index,
+                             error.path, detail=f"in shard {store.filename}, {error.detail}")
 
     def byte_ranges(self, first: int, stop: int) -> list[tuple[str, int, int]]:
         self._check_span(first, stop)

@@ -132,6 +132,11 @@ def load(path: str) -> dict:
     """The checkpoint at ``path`` on the CPU; TrainError when it is missing, unreadable, not
     a feedline training checkpoint, or of a version this code does not know."""
     if not os.path.exists(path):
+        log_file = os.path.join(os.path.dirname(path), "metrics.jsonl")
+        if os.path.exists(log_file):   # a --synthetic run, or one stopped before its first save
+            raise TrainError(f"{path}: no checkpoint to resume from: the run in {os.path.dirname(path) or '.'} saved "
+                             "none (a --synthetic run, or one stopped before its first checkpoint); start it afresh "
+                             "with --overwrite instead of --resume")
         raise TrainError(f"{path}: no checkpoint to resume from; run without --resume first, "
                          "or pass --resume PATH to a checkpoint.pt")
     try:

@@ -16,13 +16,23 @@ class Arch(Choice):
     TINY = "tiny"              # four conv layers: seconds per epoch on a CPU, for tests and demos
 
 
-class Amp(Choice):
-    """Autocast dtype of the forward pass."""
+class Autocast(Choice):
+    """Autocast dtype of the forward pass (feedline's --autocast; timm's --amp picks fp16 or bf16)."""
 
     AUTO = "auto"              # bf16 on GPUs that have it, fp16 on older ones, off on the CPU
     BF16 = "bf16"              # float32's range: no loss scaling
     FP16 = "fp16"              # with a GradScaler
     OFF = "off"                # full float32
+
+
+Amp = Autocast   # the name before timm's --amp switch took the flag
+
+
+class AmpDtype(Choice):
+    """timm's --amp-dtype: the dtype of its --amp switch."""
+
+    FLOAT16 = "float16"        # with a GradScaler (timm's default)
+    BFLOAT16 = "bfloat16"
 
 
 class TaskChoice(Choice):
@@ -64,9 +74,11 @@ def parse_device(value: str, option: str = "--device") -> str:
 
 
 class Opt(Choice):
-    """The optimizer (timm's --opt names)."""
+    """The optimizer (timm's --opt names, with timm's meaning)."""
 
-    SGD = "sgd"                # SGD with momentum (Nesterov off), torchvision's reference recipe
+    SGD = "sgd"                # SGD with Nesterov momentum (timm's sgd)
+    MOMENTUM = "momentum"      # SGD with classical momentum, no Nesterov (timm's; torchvision's reference recipe)
+    ADAM = "adam"              # torch.optim.Adam (weight decay as an L2 term, as timm's adam)
     ADAMW = "adamw"            # torch.optim.AdamW
     LAMB = "lamb"              # timm's Lamb: Adam moments, a layer-wise trust ratio, global grad clip 1.0
 
@@ -74,5 +86,13 @@ class Opt(Choice):
 class Sched(Choice):
     """The learning-rate schedule after the linear warmup (timm's --sched names)."""
 
-    COSINE = "cosine"          # cosine decay to zero over the run
-    STEP = "step"              # times --decay-rate every --decay-epochs (torchvision's 30 / 0.1)
+    COSINE = "cosine"          # cosine decay to --min-lr over --epochs (then --cooldown-epochs at --min-lr)
+    STEP = "step"              # times --decay-rate every --decay-epochs
+    MULTISTEP = "multistep"    # times --decay-rate at each of --decay-milestones (epochs)
+
+
+class ClipMode(Choice):
+    """How --clip-grad clips (timm's --clip-mode; its agc is not offered)."""
+
+    NORM = "norm"              # the global L2 norm of all gradients at most --clip-grad
+    VALUE = "value"            # each gradient element within [-clip, clip]

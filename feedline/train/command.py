@@ -15,6 +15,7 @@ from ..errors import FeedlineError
 from ..flags import add_dataclass_arguments, config_from_args, parse_with_hints
 from ..unwritable import writing_to
 from .config import TrainConfig, TrainError
+from .timm_flags import UNKNOWN_FLAG_ANSWERS
 
 DESCRIPTION = (
     "Train a ResNet (or a tiny CNN) on a packed data set or image folder with FeedLoader: one GPU, "
@@ -31,6 +32,7 @@ EPILOG = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_dataclass_arguments(parser, TrainConfig)
+    parser.set_defaults(unknown_flag_answers=UNKNOWN_FLAG_ANSWERS)   # timm's flags that are not ours
 
 
 def run(args) -> int:
@@ -50,6 +52,8 @@ def run(args) -> int:
         line = f"{result.epochs_done} epoch(s), {result.steps} steps, train loss {last['train_loss']:.4f}"
         if "top1" in last:
             line += f", val top-1 {last['top1']:.1%}, top-5 {last['top5']:.1%}"
+        if "ema_top1" in last:
+            line += f", EMA val top-1 {last['ema_top1']:.1%}, top-5 {last['ema_top5']:.1%}"
         print(line)
     elif cfg.synthetic and result.synthetic_images_per_s:
         print(f"synthetic: {result.synthetic_images_per_s:,.0f} images/s per rank")

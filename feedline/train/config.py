@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from ..choices import Choice, Engine, OnError, Order
-from .choices import Amp, Arch, RegressionLoss, TaskChoice, parse_device
+from .choices import AmpDtype, Arch, Autocast, RegressionLoss, TaskChoice, parse_device
 from .errors import TrainError
 from .optim_options import OptimOptions
 from .recipe_options import RecipeOptions
@@ -50,12 +50,13 @@ class TrainConfig(RecipeOptions, OptimOptions):
     accum_steps: int = option(1, "micro-steps per optimizer step (gradient accumulation); DDP all-reduces "
                               "only on the last one (no_sync)", MODEL, metavar="N")
     lr: float | None = option(None, "peak learning rate", MODEL,
-                              default_text="0.1 x global batch / 256, the linear scaling rule")
-    momentum: float = option(0.9, "SGD momentum (torchvision's ResNet-50 reference recipe)", MODEL)
-    weight_decay: float = option(1e-4, "torchvision's ResNet-50 reference recipe's; not applied to BatchNorm "
-                                 "parameters and biases", MODEL)
-    warmup_epochs: float = option(5.0, "linear warmup, then the --sched decay: large batches diverge "
-                                  "without warmup; capped at a fifth of the run", MODEL)
+                              default_text="0.1 x global batch / 256 (its square root for adam, adamw and lamb), "
+                                           "timm's rule")
+    momentum: float = option(0.9, "SGD momentum (timm's and torchvision's)", MODEL)
+    weight_decay: float = option(2e-5, "timm's default (torchvision's ResNet-50 recipe: 1e-4); not applied to "
+                                 "BatchNorm parameters and biases, as timm", MODEL)
+    warmup_epochs: float = option(5.0, "linear warmup from --warmup-lr to the peak, then the --sched decay "
+                                  "(timm's); never shortened: a run shorter than its warmup says so", MODEL)
     label_smoothing: float = option(0.1, "regularizes over-confident logits (Szegedy et al., Inception v3)",
                                     MODEL, aliases=("--smoothing",))
     task: TaskChoice = option(TaskChoice.AUTO, "what to learn from a store with several fields: classify "
@@ -83,8 +84,12 @@ class TrainConfig(RecipeOptions, OptimOptions):
                           "(shards dealt to the ranks; always used for an s3:// data set, so each rank "
                           "fetches only its shards); validation always reads in order", DATA)
     # -- speed
-    amp: Amp = option(Amp.AUTO, "autocast dtype: bf16 needs no loss scaling, fp16 uses a GradScaler; auto = "
-                      "bf16 on GPUs that support it, fp16 on older ones, off on the CPU", SPEED)
+    amp: bool = option(False, "timm's --amp: mixed precision in --amp-dtype (float16 with a GradScaler); "
+                       "without it --autocast decides", SPEED)
+    amp_dtype: AmpDtype = option(AmpDtype.FLOAT16, "--amp's dtype (timm's)", SPEED)
+    autocast: Autocast = option(Autocast.AUTO, "feedline's own mixed-precision choice when --amp is not given: "
+                                "bf16 (no loss scaling), fp16 (with a GradScaler), off (float32); auto = bf16 on "
+                                "GPUs that support it, fp16 on older ones, off on the CPU", SPEED)
     channels_last: bool = option(True, "channels_last model and input: cuDNN's fast NHWC convolutions "
                                  "under AMP", SPEED)
     compile: bool = option(False, "torch.compile the model (slow first steps, faster after)", SPEED)
@@ -141,6 +146,12 @@ class TrainConfig(RecipeOptions, OptimOptions):
         except ValueError as exc:
             raise TrainError(str(exc)) from None
         check_engine_and_decoder(self)
+        if not isinstance(self.amp, bool):
+            raise TrainError(f"--amp is timm's switch (on or off), got {self.amp!r}; the dtype is --amp-dtype "
+                             "float16|bfloat16, or feedline's --autocast bf16|fp16|off without --amp")
+        if self.amp and self.autocast is not Autocast.AUTO:
+            raise TrainError(f"--amp (timm's, with --amp-dtype) and --autocast {self.autocast.value} both choose the "
+                             "mixed precision: give one")
         if self.threads != "auto":
             try:
                 self.threads = int(self.threads)
@@ -148,6 +159,13 @@ class TrainConfig(RecipeOptions, OptimOptions):
                 raise TrainError(f"--threads must be 'auto' or a number, got {self.threads!r}") from None
             if self.threads < 1:
                 raise TrainError(f"--threads must be at least 1, got {self.threads}")
+
+    @property
+    def precision(self) -> Autocast:
+        """The autocast choice: timm's --amp (in --amp-dtype), else --autocast."""
+        if self.amp:
+            return Autocast.BF16 if self.amp_dtype is AmpDtype.BFLOAT16 else Autocast.FP16
+        return self.autocast
 
     @property
     def checkpoint_path(self) -> str:

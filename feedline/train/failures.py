@@ -1,7 +1,7 @@
 """What a run says when it cannot go on because of something outside it: another rank or
 node that died or hangs, or a SIGTERM (torchrun stopping the survivors of a failed worker,
 or a job scheduler). Each becomes one TrainError line that names the rank, where the run
-stood, the checkpoint to continue from, and what to do.
+stood, the checkpoint to continue from, and what to do; an interrupt (Ctrl-C) logs the same.
 """
 from __future__ import annotations
 
@@ -87,13 +87,18 @@ def _gist(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def explained(info: DistInfo, timeout_s: float, where: Callable[[], str], resume_hint: Callable[[], str]):
+def explained(info: DistInfo, timeout_s: float, where: Callable[[], str], resume_hint: Callable[[], str],
+              say: Callable[..., None] = lambda *args: None):
     """Turns, inside, SIGTERM and a collective that lost its peers into one TrainError line
     each, which says where the run stood (``where()``) and what to continue from
-    (``resume_hint()``). Any other error passes unchanged."""
+    (``resume_hint()``); an interrupt (Ctrl-C) goes on once ``say`` has logged the same (the
+    command line then ends with its own "interrupted"). Any other error passes unchanged."""
     error = None
     try:
         yield
+    except KeyboardInterrupt:
+        say("interrupted at %s; %s", where(), resume_hint())
+        raise
     except Terminated:
         with sigterm_ignored():
             error = terminated(info, where(), resume_hint())
@@ -125,3 +130,4 @@ def terminated(info: DistInfo, where: str, resume_hint: str) -> TrainError:
     why = ("torchrun stops every worker when one fails: its report names the rank that failed first; "
            "or a job scheduler stopped the job" if info.distributed else "a job scheduler or a user stopped it")
     return TrainError(f"{who} stopped by SIGTERM at {where} ({why}); {resume_hint}")
+

@@ -15,12 +15,12 @@ from .recipe_options import RecipeOptions, parse_aa
 
 def sample_transforms(cfg: RecipeOptions) -> list:
     """As timm's transforms_factory: the auto-augment (its fill the normalization mean in
-    pixels), then ColorJitter."""
+    pixels), or else ColorJitter (timm applies --color-jitter only without --aa)."""
     aa, steps = parse_aa(cfg.aa), []
     if aa is not None:
         steps.append(TrivialAugmentWide() if aa[0] == "trivial" else
                      TimmRandAugment(aa[1], img_mean=timm_fill(IMAGENET_MEAN)))
-    if cfg.color_jitter > 0:
+    elif cfg.color_jitter > 0:
         j = cfg.color_jitter
         steps.append(ColorJitter(brightness=j, contrast=j, saturation=j))
     return steps

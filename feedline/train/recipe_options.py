@@ -39,8 +39,8 @@ class RecipeOptions:
                              "meaning, rand-mM-nN[-mstdS][-mmaxX][-incI] (e.g. rand-m9-mstd0.5-inc1: magnitude "
                              "9 of 10, noise 0.5, each op with p=0.5), or trivial (torchvision's "
                              "TrivialAugmentWide)", metavar="POLICY")
-    color_jitter: float = _option(0.0, "ColorJitter brightness, contrast and saturation factor (0: off)",
-                                  metavar="F")
+    color_jitter: float = _option(0.4, "ColorJitter brightness, contrast and saturation factor, used only "
+                                  "without --aa (timm's; 0: off)", metavar="F")
     reprob: float = _option(0.0, "random erasing probability per sample, timm's: a box of the normalized "
                             "image (0: off)", metavar="P")
     remode: str = _option("pixel", "what --reprob erases to, timm's modes: pixel (per-pixel normal noise in "

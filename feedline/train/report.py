@@ -71,11 +71,12 @@ class Reporter:
 
     def start(self, cfg, info, amp: str, images: int, num_classes: int, lr: float, steps_per_epoch: int,
               total_steps: int, warmup_steps: int, resumed=None) -> None:
-        """The run's first log line and its "start" event (``resumed``: the Progress resumed at)."""
-        self.info("training %s on %s: %d classes, %d images, %d rank(s) on %s, amp %s, global batch %d, "
-                  "lr %.4g, %d steps/epoch, %d epochs%s", cfg.arch, cfg.train, num_classes, images,
-                  info.world_size, info.device, amp, cfg.batch_size * cfg.accum_steps * info.world_size, lr,
-                  steps_per_epoch, cfg.epochs,
+        """The run's first log line (what it trains on; the optimizer, the schedule with its warmup,
+        the autocast dtype) and its "start" event (``resumed``: the Progress resumed at)."""
+        self.info("training %s on %s: %d classes, %d images, %d rank(s) on %s, global batch %d, %d steps/epoch, "
+                  "%d epochs; %s; %s; autocast %s%s", cfg.arch, cfg.train, num_classes, images, info.world_size,
+                  info.device, cfg.batch_size * cfg.accum_steps * info.world_size, steps_per_epoch, cfg.run_epochs,
+                  optimizer_text(cfg), schedule_text(cfg, lr, warmup_steps), AUTOCAST_TEXT[amp],
                   f"; resumed in epoch {resumed.epoch + 1}, step {resumed.step}" if resumed else "")
         self.event("start", config=cfg.to_dict(), world_size=info.world_size, device=str(info.device),
                    amp=amp, lr=lr, steps_per_epoch=steps_per_epoch, total_steps=total_steps,
@@ -84,11 +85,9 @@ class Reporter:
 
     def epoch(self, record: dict, epochs: int, bad_records) -> None:
         """The end-of-epoch line and event; ``bad_records`` (this rank's) as their own event."""
-        val = (f" | val loss {record['val_loss']:.4f}, top-1 {record['top1']:.1%}, top-5 {record['top5']:.1%}"
-               if "top1" in record else "")
-        if "mAP" in record or "mae" in record:   # multi-label or regression (task.py)
-            val = f" | val loss {record['val_loss']:.4f}, " + (f"mAP {record['mAP']:.1%}" if "mAP" in record
-                                                                else f"MAE {record['mae']:.4g}")
+        val = f" | val loss {record['val_loss']:.4f}, {scores(record)}" if "val_loss" in record else ""
+        if "ema_val_loss" in record:   # timm's --model-ema, validated beside the model
+            val += f" | EMA val loss {record['ema_val_loss']:.4f}, {scores(record, 'ema_')}"
         bad = f", {record['bad_records']} bad record(s) substituted" if record.get("bad_records") else ""
         self.info("epoch %d/%d (size %s): train loss %.4f%s | %s img/s, data wait %.0f%%, %.1f s%s",
                   record["epoch"], epochs, _size(record["size"]), record["train_loss"], val,
@@ -120,6 +119,38 @@ class Reporter:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+AUTOCAST_TEXT = {"bf16": "bf16", "fp16": "fp16 with a GradScaler", "off": "off (float32)"}
+
+
+def optimizer_text(cfg) -> str:
+    """"sgd (Nesterov momentum 0.9, weight decay 2e-05)", "adamw (weight decay 0.05)", ..."""
+    nesterov = "Nesterov " if cfg.opt == "sgd" else ""   # timm's sgd (step.make_optimizer)
+    momentum = f"{nesterov}momentum {cfg.momentum:g}, " if cfg.opt in ("sgd", "momentum") else ""
+    clip = f", clip grad {cfg.clip_mode.value} {cfg.clip_grad:g}" if cfg.clip_grad is not None else ""
+    return f"{cfg.opt.value} ({momentum}weight decay {cfg.weight_decay:g}{clip})"
+
+
+def schedule_text(cfg, lr: float, warmup_steps: int) -> str:
+    """"lr 0.1 after 5 warmup epochs (1,250 steps) from 1e-05, cosine to 0" and the others."""
+    warmup = (f" after {cfg.warmup_epochs:g} warmup epoch(s) ({warmup_steps:,} steps) from {cfg.warmup_lr:g}"
+              if warmup_steps else ", no warmup")
+    decay = {"cosine": f"cosine to {cfg.min_lr:g}" + (f", then {cfg.cooldown_epochs} epoch(s) at it"
+                                                       if cfg.cooldown_epochs else ""),
+             "step": f"step x{cfg.decay_rate:g} every {cfg.decay_epochs:g} epochs",
+             "multistep": f"x{cfg.decay_rate:g} at epochs {', '.join(map(str, cfg.decay_milestones))}"}
+    return f"lr {lr:.4g}{warmup}, {decay[cfg.sched.value]}"
+
+
+def scores(record: dict, prefix: str = "") -> str:
+    """The validation scores of a record's model (``prefix`` "ema_": its EMA's): top-1 and top-5,
+    mAP (multi-label) or MAE (regression; task.py)."""
+    if f"{prefix}top1" in record:
+        return f"top-1 {record[prefix + 'top1']:.1%}, top-5 {record[prefix + 'top5']:.1%}"
+    if f"{prefix}mAP" in record:
+        return f"mAP {record[prefix + 'mAP']:.1%}"
+    return f"MAE {record[prefix + 'mae']:.4g}"
 
 
 def _size(size) -> str:

@@ -35,7 +35,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, info: DistInfo):
         self.cfg, self.info = cfg, info
         configure_torch(cfg, info)
-        self.amp = resolve_amp(cfg.amp, info.device)
+        self.amp = resolve_amp(cfg.precision, info.device)
         self.input_dtype = self.amp.dtype or torch.float32
         self.lr = peak_lr(cfg, info.world_size)
         self.data: Data = open_data(cfg, info)
@@ -50,9 +50,9 @@ class Trainer:
         self.result = TrainResult(steps=0, epochs_done=0, metrics=self.reporter.path if info.is_main else None)
 
     def run(self) -> TrainResult:
-        """Train; a dead or silent peer and SIGTERM end the run as one TrainError line each."""
+        """Train; a dead or silent peer, SIGTERM and Ctrl-C end the run saying where it stood and what next."""
         try:
-            with failures.explained(self.info, self.cfg.timeout, self._where, self._resume_hint):
+            with failures.explained(self.info, self.cfg.timeout, self._where, self._resume_hint, self.reporter.warning):
                 if self.cfg.synthetic:
                     raw = place_model(self.cfg, self.info, self.data.num_classes)
                     return run_synthetic_only(raw, self.cfg, self.info, self.amp, self.lr, self.data.num_classes,
@@ -70,7 +70,7 @@ class Trainer:
 
     def _resume_hint(self) -> str:
         if self.checkpoints is None:
-            return "nothing was trained or saved yet"
+            return "nothing was trained or saved yet: run the same command again with --overwrite to start afresh"
         return self.checkpoints.resume_hint()
 
     # -- set-up ------------------------------------------------------------------------
@@ -90,21 +90,22 @@ class Trainer:
             self.val_loader = make_loader(self.data.val, cfg, info, self.input_dtype, train=False)
         steps_per_epoch = math.ceil(len(self.train_loader) / cfg.accum_steps)
         total_steps = steps_per_epoch * cfg.epochs
-        warmup = warmup_steps_for(cfg.warmup_epochs, steps_per_epoch, total_steps)
-        self.checkpoints = Checkpoints(cfg, info, self.reporter, self.data.num_classes, steps_per_epoch)
+        warmup = warmup_said(cfg, steps_per_epoch, self.reporter)
+        self.checkpoints = Checkpoints(cfg, info, self.reporter, self.data.num_classes, steps_per_epoch,
+                                       len(self.data.train))
         raw = place_model(cfg, info, self.data.num_classes)
         state, self.resume_state = self.resume_state, None  # the host copy of the weights goes after this
         if state is not None:
             self.checkpoints.restore_model(state, raw)
         runner = build_runner(raw, cfg, info, self.amp, self.lr, warmup, total_steps, self.task.criterion(cfg))
-        loader_state = None
+        mid_epoch = state is not None and state["loader"] is not None
         if state is not None:
-            self.progress, loader_state = self.checkpoints.restore_training(state, runner)
+            self.progress = self.checkpoints.restore_training(state, runner, self.train_loader)
             result.history = list(state.get("history", []))
         self.reporter.start(cfg, info, self.amp.name, len(self.data.train), self.data.num_classes, self.lr,
                             steps_per_epoch, total_steps, warmup,
                             resumed=self.progress if state is not None else None)
-        result.real_images_per_s = self._epochs(raw, runner, loader_state)
+        result.real_images_per_s = self._epochs(raw, runner, mid_epoch)
         result.steps, result.epochs_done = self.progress.step, self.progress.epoch
         if cfg.synthetic_steps and not result.stopped_early:
             result.synthetic_images_per_s = measure_synthetic(raw, cfg, info, self.amp, self.lr,
@@ -112,8 +113,9 @@ class Trainer:
         finish(result, raw, info, self.reporter)
         return result
 
-    def _epochs(self, raw: nn.Module, runner: StepRunner, loader_state: dict | None) -> float | None:
-        """Train until --epochs or --max-steps; returns images/s per rank after the warm-up."""
+    def _epochs(self, raw: nn.Module, runner: StepRunner, mid_epoch: bool) -> float | None:
+        """Train until --epochs or --max-steps (``mid_epoch``: the first continues where the
+        restored loader stands); returns images/s per rank after the warm-up."""
         cfg, progress, loader = self.cfg, self.progress, self.train_loader
         micro_per_epoch = len(loader)
         timed_images, timed_s, first = 0, 0.0, True
@@ -124,18 +126,14 @@ class Trainer:
                 self._save(raw, runner, loader.state_dict())
             return cfg.max_steps is not None and p.step >= cfg.max_steps
 
-        while progress.epoch < cfg.epochs:
-            if loader_state is not None:       # mid-epoch resume: the loader continues where it stood
-                try:
-                    loader.load_state_dict(loader_state)
-                except ValueError as exc:
-                    raise TrainError(f"{cfg.resume_path}: {exc}") from None
-                loader_state = None
+        while progress.epoch < cfg.run_epochs:
+            if mid_epoch:       # the loader continues where it stood (Checkpoints.restore_training)
+                mid_epoch = False
             else:
                 progress.micro, progress.loss_sum, progress.samples = 0, 0.0, 0
             loader.set_epoch(progress.epoch)
             with self.reporter.bar(micro_per_epoch, progress.micro,
-                                   f"epoch {progress.epoch + 1}/{cfg.epochs}") as bar:
+                                   f"epoch {progress.epoch + 1}/{cfg.run_epochs}") as bar:
                 size = loader.config.spec_at(progress.epoch).size   # this epoch's, with a size schedule
                 er = train_epoch(runner, loader, progress, accum_steps=cfg.accum_steps, device=self.info.device,
                                  log_every=cfg.log_every, on_log=lambda w: self.reporter.window(w, size),
@@ -150,7 +148,7 @@ class Trainer:
                 break
             self._end_epoch(raw, runner, er, size)
             if er.stopped:
-                self.result.stopped_early = progress.epoch < cfg.epochs
+                self.result.stopped_early = progress.epoch < cfg.run_epochs
                 break
         return timed_images / timed_s if timed_s > 0 else None
 
@@ -170,7 +168,7 @@ class Trainer:
             self.val_loader.set_epoch(progress.epoch)
             record.update(validated(raw, runner, self.val_loader, self.amp, info, self.task, self.cfg))
         self.result.history.append(record)
-        self.reporter.epoch(record, self.cfg.epochs, bad)
+        self.reporter.epoch(record, self.cfg.run_epochs, bad)
         progress.epoch += 1
         progress.micro, progress.loss_sum, progress.samples = 0, 0.0, 0
         self._save(raw, runner, None)
@@ -180,12 +178,26 @@ class Trainer:
         self.result.checkpoint = self.cfg.checkpoint_path
 
 
+def warmup_said(cfg: TrainConfig, steps_per_epoch: int, reporter: Reporter) -> int:
+    """The warmup's optimizer steps, as long as asked (timm's); a warning when the run ends
+    before the rate reaches its peak."""
+    warmup = warmup_steps_for(cfg.warmup_epochs, steps_per_epoch)
+    if warmup >= steps_per_epoch * cfg.epochs and cfg.warmup_epochs:
+        reporter.warning("--warmup-epochs %g is as long as the run's %d epoch(s): the learning rate never reaches "
+                         "its peak; pass a shorter --warmup-epochs", cfg.warmup_epochs, cfg.epochs)
+    return warmup
+
+
 def refuse_a_run_in_the_way(out: str, allowed: bool, info: DistInfo) -> None:
     """A TrainError on every rank when ``out`` holds a run (a checkpoint or a metrics log) that
     a fresh start would overwrite, unless ``allowed`` (--resume or --overwrite). Every rank
     looks before any writes (the sum is a collective), so no rank sees this run's own files."""
     held = [name for name in ("checkpoint.pt", "metrics.jsonl") if os.path.exists(os.path.join(out, name))]
     if distributed.sum_over_ranks([0.0 if allowed else float(len(held))], info)[0]:
+        if held == ["metrics.jsonl"]:   # a --synthetic run, or one stopped before its first save
+            raise TrainError(f"--out {out} holds a run's log but no checkpoint (metrics.jsonl of a --synthetic run "
+                             "or of one stopped before its first checkpoint): nothing to resume; pass --overwrite "
+                             "to start afresh there, or another --out")
         held = held or ["checkpoint.pt or metrics.jsonl, seen by another rank"]
         raise TrainError(f"--out {out} already holds a run ({', '.join(held)}): pass --resume to continue it, "
                          "--overwrite to start afresh there, or another --out")

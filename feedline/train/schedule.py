@@ -1,47 +1,74 @@
-"""Learning rate: linear warmup, then cosine decay to zero or step decay (times ``decay_rate``
-every ``decay_steps``), as a pure function of the step."""
+"""Learning rate as timm's schedulers compute it, stepped every optimizer step (timm's
+--sched-on-updates), as a pure function of the step: a linear warmup from ``warmup_lr``, then
+cosine decay to ``min_lr`` over the whole run (the warmup's steps counted, as timm's
+CosineLRScheduler without warmup_prefix) and ``min_lr`` after it (the cooldown), or step decay
+(times ``decay_rate`` every ``decay_steps``), or multistep (times ``decay_rate`` at each milestone)."""
 from __future__ import annotations
 
+import bisect
 import math
+from dataclasses import asdict, dataclass, field
 
 import torch
 
 
-def warmup_steps_for(warmup_epochs: float, steps_per_epoch: int, total_steps: int) -> int:
-    """Warmup length in optimizer steps, capped at a fifth of the run so short runs still decay."""
-    return min(int(round(warmup_epochs * steps_per_epoch)), total_steps // 5)
+def warmup_steps_for(warmup_epochs: float, steps_per_epoch: int) -> int:
+    """Warmup length in optimizer steps, as asked: never shortened (timm's)."""
+    return int(round(warmup_epochs * steps_per_epoch))
+
+
+@dataclass
+class Schedule:
+    """The learning rate of every optimizer step. ``total_steps``: the decay's span (--epochs);
+    ``decay_steps`` (step) and ``milestones`` (multistep) in optimizer steps."""
+
+    base_lr: float
+    warmup_steps: int
+    total_steps: int
+    kind: str = "cosine"
+    decay_steps: int = 0
+    decay_rate: float = 0.1
+    warmup_lr: float = 0.0
+    min_lr: float = 0.0
+    milestones: tuple[int, ...] = field(default=())
+
+    def lr(self, step: int) -> float:
+        """The learning rate of optimizer step ``step`` (0-based)."""
+        if step < self.warmup_steps:
+            return self.warmup_lr + step * (self.base_lr - self.warmup_lr) / self.warmup_steps
+        if self.kind == "step":
+            return self.base_lr * self.decay_rate ** (step // max(self.decay_steps, 1))
+        if self.kind == "multistep":
+            return self.base_lr * self.decay_rate ** bisect.bisect_right(self.milestones, step)
+        if step >= self.total_steps:
+            return self.min_lr
+        return self.min_lr + 0.5 * (self.base_lr - self.min_lr) * (1.0 + math.cos(math.pi * step / self.total_steps))
 
 
 def lr_at(step: int, base_lr: float, warmup_steps: int, total_steps: int, kind: str = "cosine",
-          decay_steps: int = 0, decay_rate: float = 0.1) -> float:
-    """The learning rate of optimizer step ``step`` (0-based)."""
-    if step < warmup_steps:
-        return base_lr * (step + 1) / warmup_steps
-    if kind == "step":
-        return base_lr * decay_rate ** (step // max(decay_steps, 1))
-    decay = max(total_steps - warmup_steps, 1)
-    progress = min((step - warmup_steps) / decay, 1.0)
-    return base_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+          decay_steps: int = 0, decay_rate: float = 0.1, **timm) -> float:
+    """The learning rate of optimizer step ``step`` (0-based); ``timm``: warmup_lr, min_lr, milestones."""
+    return Schedule(base_lr, warmup_steps, total_steps, kind, decay_steps, decay_rate, **timm).lr(step)
 
 
 class WarmupSchedule:
     """Sets every param group's lr before each optimizer step. Plain floats: no host sync.
-    ``kind`` "cosine" or "step" (then ``decay_steps`` and ``decay_rate``)."""
+    The keywords are Schedule's."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, base_lr: float, warmup_steps: int,
-                 total_steps: int, kind: str = "cosine", decay_steps: int = 0, decay_rate: float = 0.1):
+                 total_steps: int, kind: str = "cosine", decay_steps: int = 0, decay_rate: float = 0.1, **timm):
         self.optimizer = optimizer
-        self.base_lr = base_lr
-        self.warmup_steps = warmup_steps
-        self.total_steps = total_steps
-        self.kind, self.decay_steps, self.decay_rate = kind, decay_steps, decay_rate
+        self.schedule = Schedule(base_lr, warmup_steps, total_steps, kind, decay_steps, decay_rate, **timm)
         self.step_count = 0
         self._apply()
 
     @property
     def lr(self) -> float:
-        return lr_at(self.step_count, self.base_lr, self.warmup_steps, self.total_steps, self.kind,
-                     self.decay_steps, self.decay_rate)
+        return self.schedule.lr(self.step_count)
+
+    @property
+    def warmup_steps(self) -> int:
+        return self.schedule.warmup_steps
 
     def _apply(self) -> None:
         lr = self.lr
@@ -54,18 +81,15 @@ class WarmupSchedule:
         self._apply()
 
     def state_dict(self) -> dict:
-        return {"step_count": self.step_count, "base_lr": self.base_lr,
-                "warmup_steps": self.warmup_steps, "total_steps": self.total_steps, "kind": self.kind,
-                "decay_steps": self.decay_steps, "decay_rate": self.decay_rate}
+        return {"step_count": self.step_count, **asdict(self.schedule), "milestones": list(self.schedule.milestones)}
 
     def load_state_dict(self, state: dict) -> None:
+        """A state saved before warmup_lr, min_lr and milestones existed warms up from 0."""
         self.step_count = int(state["step_count"])
-        self.base_lr = float(state["base_lr"])
-        self.warmup_steps = int(state["warmup_steps"])
-        self.total_steps = int(state["total_steps"])
-        self.kind = state.get("kind", "cosine")
-        self.decay_steps = int(state.get("decay_steps", 0))
-        self.decay_rate = float(state.get("decay_rate", 0.1))
+        self.schedule = Schedule(
+            float(state["base_lr"]), int(state["warmup_steps"]), int(state["total_steps"]), state.get("kind", "cosine"),
+            int(state.get("decay_steps", 0)), float(state.get("decay_rate", 0.1)), float(state.get("warmup_lr", 0.0)),
+            float(state.get("min_lr", 0.0)), tuple(int(m) for m in state.get("milestones", ())))
         self._apply()
 
 

@@ -12,8 +12,8 @@ from torch import nn
 from .config import TrainConfig, TrainError
 from .distributed import DistInfo
 from .models import build_model
-from .choices import Amp as AmpMode
-from .step import Amp, StepRunner, make_optimizer
+from .choices import Autocast as AmpMode
+from .step import Amp, GradClip, StepRunner, make_optimizer
 from .task import CLASSIFY, FieldLoss
 from .ema import ModelEma
 from .schedule import WarmupSchedule
@@ -42,7 +42,7 @@ def configure_torch(cfg: TrainConfig, info: DistInfo) -> None:
 def resolve_amp(mode: str | AmpMode, device: torch.device) -> Amp:
     """``auto``: bf16 on GPUs that have it (no loss scaling needed), fp16 on older GPUs,
     full float32 on the CPU, where bf16 autocast is only fast with AMX."""
-    mode = AmpMode.parse(mode, "--amp")
+    mode = AmpMode.parse(mode, "--autocast")
     if mode is AmpMode.AUTO:
         if device.type == "cuda":
             mode = AmpMode.BF16 if torch.cuda.is_bf16_supported() else AmpMode.FP16
@@ -65,9 +65,12 @@ def place_model(cfg: TrainConfig, info: DistInfo, num_classes: int) -> nn.Module
 
 
 def peak_lr(cfg: TrainConfig, world_size: int) -> float:
-    """--lr, or the linear scaling rule: 0.1 x global batch / 256 (Goyal et al.)."""
-    global_batch = cfg.batch_size * cfg.accum_steps * world_size
-    return cfg.lr if cfg.lr is not None else 0.1 * global_batch / 256
+    """--lr, or timm's rule from its --lr-base 0.1 and --lr-base-size 256: 0.1 x global batch / 256
+    (Goyal et al.'s linear scaling) for SGD, its square root for Adam-family optimizers and Lamb."""
+    if cfg.lr is not None:
+        return cfg.lr
+    ratio = cfg.batch_size * cfg.accum_steps * world_size / 256
+    return 0.1 * (ratio ** 0.5 if str(cfg.opt.value) in ("adam", "adamw", "lamb") else ratio)
 
 
 def build_runner(raw: nn.Module, cfg: TrainConfig, info: DistInfo, amp: Amp, lr: float,
@@ -86,9 +89,11 @@ def build_runner(raw: nn.Module, cfg: TrainConfig, info: DistInfo, amp: Amp, lr:
     steps_per_epoch = total_steps / max(cfg.epochs, 1)
     scheduler = WarmupSchedule(optimizer, lr, warmup_steps, total_steps, str(cfg.sched.value),
                                decay_steps=max(int(round(cfg.decay_epochs * steps_per_epoch)), 1),
-                               decay_rate=cfg.decay_rate)
+                               decay_rate=cfg.decay_rate, warmup_lr=cfg.warmup_lr, min_lr=cfg.min_lr,
+                               milestones=tuple(int(round(m * steps_per_epoch)) for m in cfg.decay_milestones))
     ema = ModelEma(raw, cfg.model_ema_decay) if cfg.model_ema else None
     scaler = torch.amp.GradScaler(info.device.type) if amp.dtype == torch.float16 else None
     if criterion is None:   # the run's task says otherwise (task.py); synthetic steps classify
         criterion = FieldLoss(CLASSIFY, "label", label_smoothing=cfg.label_smoothing)
-    return StepRunner(net, ddp, optimizer, scheduler, scaler, criterion, amp, ema=ema, raw=raw)
+    clip = GradClip(cfg.clip_grad, str(cfg.clip_mode.value)) if cfg.clip_grad is not None else None
+    return StepRunner(net, ddp, optimizer, scheduler, scaler, criterion, amp, ema=ema, raw=raw, clip=clip)

@@ -1,6 +1,6 @@
 """One training step: forward under autocast, backward, and every ``accum_steps`` micro-steps
-the optimizer step (SGD with momentum, AdamW or Lamb; no weight decay on BatchNorm parameters
-and biases), then the EMA of the weights when asked."""
+the optimizer step (timm's optimizers by name; no weight decay on BatchNorm parameters and
+biases), after clipping the gradients when asked, then the EMA of the weights when asked."""
 from __future__ import annotations
 
 import contextlib
@@ -27,10 +27,26 @@ class Amp:
         return {None: "off", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.dtype]
 
 
+@dataclass(frozen=True)
+class GradClip:
+    """timm's --clip-grad and --clip-mode: the gradients' global L2 norm at most ``limit``
+    ("norm"), or each element within [-limit, limit] ("value")."""
+
+    limit: float
+    mode: str = "norm"
+
+    def __call__(self, parameters) -> None:
+        if self.mode == "value":
+            torch.nn.utils.clip_grad_value_(parameters, self.limit)
+        else:
+            torch.nn.utils.clip_grad_norm_(parameters, self.limit)
+
+
 def make_optimizer(model: nn.Module, lr: float, momentum: float, weight_decay: float,
                    opt: str = "sgd") -> torch.optim.Optimizer:
-    """SGD with momentum, AdamW or Lamb (timm's --opt); no weight decay on BatchNorm parameters
-    and biases (1-d tensors), which only shrinks them without regularizing the function."""
+    """timm's --opt: sgd (Nesterov momentum), momentum (classical momentum), adam, adamw or lamb;
+    no weight decay on BatchNorm parameters and biases (1-d tensors), which only shrinks them
+    without regularizing the function (timm's filter_bias_and_bn)."""
     decay, no_decay = [], []
     for p in model.parameters():
         if p.requires_grad:
@@ -39,10 +55,12 @@ def make_optimizer(model: nn.Module, lr: float, momentum: float, weight_decay: f
               {"params": no_decay, "weight_decay": 0.0}]
     if opt == "adamw":
         return torch.optim.AdamW(groups, lr=lr)
+    if opt == "adam":
+        return torch.optim.Adam(groups, lr=lr)
     if opt == "lamb":
         from .lamb import Lamb
         return Lamb(groups, lr=lr)
-    return torch.optim.SGD(groups, lr=lr, momentum=momentum)
+    return torch.optim.SGD(groups, lr=lr, momentum=momentum, nesterov=opt == "sgd")
 
 
 class StepRunner:
@@ -52,7 +70,7 @@ class StepRunner:
 
     def __init__(self, net: nn.Module, ddp: nn.Module | None, optimizer: torch.optim.Optimizer,
                  scheduler, scaler: torch.amp.GradScaler | None, criterion: nn.Module, amp: Amp,
-                 ema=None, raw: nn.Module | None = None):
+                 ema=None, raw: nn.Module | None = None, clip: GradClip | None = None):
         self.net = net            # what to call: possibly compiled, possibly DDP
         self.ddp = ddp            # the DDP module, for no_sync; None in one process
         self.optimizer = optimizer
@@ -62,6 +80,7 @@ class StepRunner:
         self.amp = amp
         self.ema = ema            # a ModelEma of ``raw`` (the unwrapped model), updated after each step
         self.raw = raw
+        self.clip = clip          # applied to the unscaled gradients before each optimizer step
         self.last_lr = optimizer.param_groups[0]["lr"]  # of the latest optimizer step
 
     def micro_step(self, images: torch.Tensor, labels: torch.Tensor, group_size: int,
@@ -78,6 +97,10 @@ class StepRunner:
                 scaled.backward()
         if step_now:
             self.last_lr = self.optimizer.param_groups[0]["lr"]
+            if self.clip is not None:
+                if self.scaler is not None:
+                    self.scaler.unscale_(self.optimizer)   # clip what the step will apply, as timm's NativeScaler
+                self.clip([p for group in self.optimizer.param_groups for p in group["params"]])
             if self.scaler is not None:
                 self.scaler.step(self.optimizer)
                 self.scaler.update()

@@ -13,7 +13,7 @@ import functools
 import numpy as np
 import torch
 
-from . import color, geometry, tone
+from . import color, geometry, index_maps, tone
 from .base import Params, SampleOp
 
 OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness",
@@ -86,7 +86,11 @@ def apply_op_np(op: str, img: np.ndarray, v: float, fill) -> np.ndarray:
         return tone.equalize_np(img)
     if op == "Identity":
         return img
-    return geometry.warp_np(img, _matrix(op, float(v), *img.shape[:2]), fill)
+    if op == "TranslateX":
+        return index_maps.shift(img, int(v), 0, fill)
+    if op == "TranslateY":
+        return index_maps.shift(img, 0, int(v), fill)
+    return index_maps.warp_nearest(img, _matrix(op, float(v), *img.shape[:2]), fill)
 
 
 def apply_op_t(op: str, x: torch.Tensor, v: np.ndarray, fill) -> torch.Tensor:
@@ -130,8 +134,8 @@ class _AutoAugment(SampleOp):
         h, w = image.shape[:2]
         for k in range(self._slots):
             op = OPS[p["op"][k]]
-            image = apply_op_np(op, image, float(self._signed(op, p["bin"][k], p["negative"][k], h, w)),
-                                self.fill)
+            v = float(magnitude_table(op, self.num_magnitude_bins, h, w, self.wide)[p["bin"][k]])
+            image = apply_op_np(op, image, -v if p["negative"][k] and op in SIGNED else v, self.fill)
         return image
 
     def apply_torch(self, images: torch.Tensor, params: Params) -> torch.Tensor:

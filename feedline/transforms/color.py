@@ -5,10 +5,15 @@ hue and grayscale.
 torchvision computes on uint8 images in float32 and casts back to uint8, which truncates; its
 grayscale is 0.2989 R + 0.587 G + 0.114 B, floored where it is blended. Each op has a numpy
 version for one uint8 H x W x 3 image (factor a float) and a torch version for a float
-N x 3 x H x W batch of whole numbers 0..255 (factor a tensor (N,), one per sample); both
-follow those steps, so they agree to float32 rounding.
+N x 3 x H x W batch of whole numbers 0..255 (factor a tensor (N,), one per sample). Both
+take the same float32 steps (no fused multiply-add, sums of whole numbers in float64), so
+brightness, contrast, saturation, sharpness and grayscale give the same pixels on both; hue
+(OpenCV's HSV against torchvision's formulas) agrees to float32 rounding. The numpy side
+reads per-value steps from 256-entry tables (cv2.LUT) and takes the rest in OpenCV/numpy.
 """
 from __future__ import annotations
+
+import functools
 
 import cv2
 import numpy as np
@@ -26,72 +31,112 @@ def per_sample(f, x: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(f, dtype=x.dtype, device=x.device).reshape(-1, 1, 1, 1)
 
 
-# --- numpy, one image: float32 arithmetic, truncated back to uint8 as torchvision's cast ----
+# --- numpy, one image: the same float32 steps, as tables where a step is per value ------
 
 def _trunc_u8(x: np.ndarray) -> np.ndarray:
     return np.clip(x, 0, 255, out=x).astype(np.uint8)
 
 
-def gray_f32(img: np.ndarray) -> np.ndarray:
-    """float32 H x W x 1 luma, not yet truncated (torchvision's preserve_dtype=False)."""
-    f = img.astype(np.float32)
-    return (f[..., :1] * GRAY[0] + f[..., 1:2] * GRAY[1] + f[..., 2:] * GRAY[2])
+_GRAY_TABLES = tuple(np.arange(256, dtype=np.float32) * w for w in GRAY)   # each weight's products
 
 
-def gray_np(img: np.ndarray) -> np.ndarray:
-    """uint8 H x W luma, truncated as torchvision's rgb_to_grayscale."""
-    return gray_f32(img)[..., 0].astype(np.uint8)
+def _luma_floor(planes) -> np.ndarray:
+    r, g, b = planes
+    luma = cv2.LUT(r, _GRAY_TABLES[0])
+    luma += cv2.LUT(g, _GRAY_TABLES[1])
+    luma += cv2.LUT(b, _GRAY_TABLES[2])
+    return luma.astype(np.uint8)   # truncation: the luma is >= 0
 
 
-def blend_np(img: np.ndarray, other, factor: float) -> np.ndarray:
-    """torchvision's _blend: img * factor + other * (1 - factor), clamped, truncated."""
-    f = np.float32(factor)
-    return _trunc_u8(img.astype(np.float32) * f + np.asarray(other, np.float32) * (np.float32(1.0) - f))
+def gray_floor_np(img: np.ndarray) -> np.ndarray:
+    """uint8 H x W luma (r * 0.2989 + g * 0.587) + b * 0.114 in float32, floored; the products
+    come from tables, so the sums are the only arithmetic."""
+    return _luma_floor(cv2.split(np.ascontiguousarray(img)))
+
+
+def _keep(f: float) -> tuple[np.float32, np.float32]:
+    """(factor, 1 - factor) in float32, the second computed in float32 as a torch tensor does."""
+    f32 = np.float32(f)
+    return f32, np.float32(1.0) - f32
+
+
+@functools.lru_cache(maxsize=1024)
+def _blend_lut(factor: float, other: float) -> np.ndarray:
+    """The table v -> trunc(clamp(v * factor + other * (1 - factor))), in float32."""
+    f, keep = _keep(factor)
+    values = np.arange(256, dtype=np.float32) * f + np.float32(other) * keep
+    table = _trunc_u8(values)
+    table.flags.writeable = False
+    return table
 
 
 def brightness_np(img, factor):
-    return _trunc_u8(img.astype(np.float32) * np.float32(factor))
+    return cv2.LUT(img, _blend_lut(float(factor), 0.0))
 
 
 def contrast_np(img, factor):
-    mean = np.float32(np.floor(gray_f32(img)).mean(dtype=np.float64))
-    return blend_np(img, mean, factor)
+    luma = gray_floor_np(img)
+    mean = np.float32(cv2.sumElems(luma)[0] / luma.size)   # a sum of whole numbers: exact in float64
+    return cv2.LUT(img, _blend_lut(float(factor), float(mean)))
 
 
 def saturation_np(img, factor):
-    return blend_np(img, np.floor(gray_f32(img)), factor)
+    f, keep = _keep(factor)
+    planes = cv2.split(np.ascontiguousarray(img))   # planes: no broadcasting of the luma
+    other = _luma_floor(planes).astype(np.float32)
+    other *= keep
+    out = []
+    for plane in planes:
+        blended = plane.astype(np.float32)
+        blended *= f
+        blended += other
+        out.append(_trunc_u8(blended))
+    return cv2.merge(out)
 
 
 def sharpness_np(img, factor):
+    """The inner pixels blended towards PIL's SMOOTH filter, the blur rounded to whole numbers:
+    the exact blur is a whole number over 13, at least 1/26 from any half, far beyond float32
+    error, so the rounded blur is the same whatever order the filter sums in (OpenCV here,
+    torch's conv2d on a batch)."""
     if img.shape[0] <= 2 or img.shape[1] <= 2:
         return img
-    out = img.astype(np.float32)
-    blurred = np.rint(cv2.filter2D(out, -1, _SMOOTH, borderType=cv2.BORDER_REPLICATE))
-    inner = out[1:-1, 1:-1]  # the border keeps its pixels, as torchvision
-    inner += (blurred[1:-1, 1:-1] - inner) * np.float32(1.0 - float(factor))
-    return _trunc_u8(out)
+    keep = np.float32(1.0 - float(factor))   # 1 - factor in float64, as torchvision's _blend
+    values = img.astype(np.float32)
+    out = cv2.filter2D(values, -1, _SMOOTH, borderType=cv2.BORDER_REPLICATE)
+    np.rint(out, out=out)
+    out -= values
+    out *= keep
+    out += values
+    result = _trunc_u8(out)
+    result[0], result[-1] = img[0], img[-1]   # the border keeps its pixels, as torchvision
+    result[:, 0], result[:, -1] = img[:, 0], img[:, -1]
+    return result
 
 
 def hue_np(img, shift):
     """Rotate the hue by ``shift`` turns (-0.5..0.5) in float HSV, as torchvision's tensor path."""
     rgb = img.astype(np.float32)
-    rgb *= 1 / 255
-    h, s, v = cv2.split(cv2.cvtColor(rgb, cv2.COLOR_RGB2HSV))  # H in degrees
-    h += 360.0 * (float(shift) % 1.0)  # OpenCV wraps a hue of 360..720 back, not a negative one
-    out = cv2.cvtColor(cv2.merge((h, s, v)), cv2.COLOR_HSV2RGB)
-    return _trunc_u8(out * np.float32(_HUE_SCALE))
+    rgb *= np.float32(1 / 255)
+    hsv = cv2.cvtColor(rgb, cv2.COLOR_RGB2HSV)   # H in degrees
+    # OpenCV wraps a hue of 360..720 back, not a negative one
+    hsv = cv2.add(hsv, (360.0 * (float(shift) % 1.0), 0.0, 0.0, 0.0))
+    out = cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB)
+    # x * 255.999 truncated: round(x * 255.999 - 0.5) but where that is a whole number (x >= 0)
+    return cv2.convertScaleAbs(out, alpha=_HUE_SCALE, beta=-0.5)
 
 
 def grayscale_np(img):
-    return cv2.cvtColor(gray_np(img), cv2.COLOR_GRAY2RGB)
+    return cv2.cvtColor(gray_floor_np(img), cv2.COLOR_GRAY2RGB)
 
 
 # --- torch, a batch with one factor per sample -----------------------------------------
 
 def gray_t(x: torch.Tensor) -> torch.Tensor:
-    """N x 1 x H x W luma, floored (whole numbers, as torchvision's uint8 path)."""
+    """N x 1 x H x W luma, floored (whole numbers, as torchvision's uint8 path); products and
+    sums apart (no fused multiply-add), so the numpy side computes the same floats."""
     r, g, b = x.unbind(dim=1)
-    return r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).floor_().unsqueeze(1)
+    return r.mul(float(GRAY[0])).add_(g.mul(float(GRAY[1]))).add_(b.mul(float(GRAY[2]))).floor_().unsqueeze(1)
 
 
 def blend_t(x, other, factor) -> torch.Tensor:
@@ -104,7 +149,9 @@ def brightness_t(x, factor):
 
 
 def contrast_t(x, factor):
-    return blend_t(x, gray_t(x).mean(dim=(1, 2, 3), keepdim=True), factor)
+    luma = gray_t(x)
+    mean = luma.sum(dim=(1, 2, 3), keepdim=True, dtype=torch.float64) / luma[0].numel()
+    return blend_t(x, mean.to(x.dtype), factor)
 
 
 def saturation_t(x, factor):
@@ -118,7 +165,7 @@ def sharpness_t(x, factor):
     out = x.clone()
     blurred = F.conv2d(x, k, groups=3).round_()
     inner = out[..., 1:-1, 1:-1]
-    inner.add_((blurred - inner) * (1 - per_sample(factor, x)))
+    inner.add_((blurred - inner) * per_sample(1.0 - np.asarray(factor, dtype=np.float64), x))
     return out.clamp_(0, 255).trunc_()
 
 

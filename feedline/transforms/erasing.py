@@ -67,7 +67,10 @@ class RandomErasing(SampleOp):
     def noise(self, key, height: int, width: int) -> np.ndarray:
         """The uint8 height x width x 3 fill of value="random" for one sample's key."""
         z = np.random.Generator(np.random.Philox(int(key))).standard_normal((height, width, 3))
-        return to_u8(255 * (np.asarray(self.mean) + np.asarray(self.std) * z))
+        z *= self.std   # 255 * (mean + std * z), in place
+        z += self.mean
+        z *= 255
+        return to_u8(z)
 
     def params(self, u: np.ndarray) -> Params:
         return {"apply": u[:, 0] < self.p, "u": u[:, 1:-1],
@@ -79,6 +82,8 @@ class RandomErasing(SampleOp):
         return boxes
 
     def apply_cpu(self, image: np.ndarray, p: dict) -> np.ndarray:
+        if not p["apply"]:
+            return image
         top, left, h, w = self._boxes(p, *image.shape[:2])[0]
         if h == 0:
             return image

@@ -4,9 +4,9 @@ fill colour outside the image, computed as torchvision's tensor path computes th
 Each sample's op is torchvision's inverse affine matrix (``_get_inverse_affine_matrix``, in
 float64, origin at the image centre); the sampling grid is built from it in float32 as
 torchvision's ``_affine_grid`` builds it, and torch's ``grid_sample`` (nearest, zeros outside)
-takes the pixels. The same float32 steps run for one uint8 image on a decode thread (torch on
-the CPU releases the GIL) and for a float batch on any device, so both give torchvision's
-pixels, ties on pixel edges included.
+takes the pixels, ties on pixel edges included, for a float batch on any device. One uint8
+image on a decode thread takes the same picks through index_maps, which computes them here
+once per matrix and size (``warp_np`` is that path written directly, for sizes past its maps).
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def rotate(degrees: float) -> list[float]:
     return inverse_matrix((0.0, 0.0), -(degrees % 360), (0.0, 0.0), (0.0, 0.0))
 
 
-def _grid(matrix, height: int, width: int, device) -> torch.Tensor:
+def affine_grid(matrix, height: int, width: int, device) -> torch.Tensor:
     """torchvision's _affine_grid for one float32 theta: 1 x H x W x 2."""
     theta = torch.tensor(matrix, dtype=torch.float32, device=device).reshape(1, 2, 3)
     base = torch.empty(1, height, width, 3, dtype=torch.float32, device=device)
@@ -74,7 +74,7 @@ def _fill3(fill) -> tuple[float, float, float]:
 def warp_t(x: torch.Tensor, matrices, fill=0) -> torch.Tensor:
     """A float N x 3 x H x W batch, one inverse matrix per sample; outside the image ``fill``."""
     n, _, h, w = x.shape
-    grid = torch.cat([_grid(m, h, w, x.device) for m in matrices]).to(x.dtype)
+    grid = torch.cat([affine_grid(m, h, w, x.device) for m in matrices]).to(x.dtype)
     out = F.grid_sample(x, grid, mode="nearest", padding_mode="zeros", align_corners=False)
     colour = _fill3(fill)
     if any(colour):

@@ -1,7 +1,10 @@
 """Tone ops on the pixel values (torchvision's posterize, solarize, autocontrast, equalize;
 PIL's ImageOps): numpy on one uint8 H x W x 3 image, torch on a float N x 3 x H x W batch of
-whole numbers 0..255 with one parameter per sample."""
+whole numbers 0..255 with one parameter per sample. Both compute the same values; the numpy
+side as 256-entry tables (cv2.LUT), cached per parameter where the parameter repeats."""
 from __future__ import annotations
+
+import functools
 
 import cv2
 import numpy as np
@@ -10,21 +13,47 @@ import torch
 from .color import per_sample
 
 
-# --- numpy, one image ------------------------------------------------------------------
+# --- numpy, one image: 256-entry tables through cv2.LUT ---------------------------------
+
+def _channels(img: np.ndarray) -> list[np.ndarray]:
+    return cv2.split(np.ascontiguousarray(img))
+
 
 def posterize_np(img: np.ndarray, bits: int) -> np.ndarray:
     """Keep the ``bits`` high bits of each value."""
     return img & np.uint8((0xFF << (8 - int(bits))) & 0xFF)
 
 
+@functools.lru_cache(maxsize=512)
+def _solarize_lut(threshold: float) -> np.ndarray:
+    values = np.arange(256)
+    inverted = values.astype(np.float32) >= np.float32(threshold)
+    return np.where(inverted, 255 - values, values).astype(np.uint8)
+
+
 def solarize_np(img: np.ndarray, threshold: float) -> np.ndarray:
     """Invert the values at or above ``threshold``, compared in float32 as torch compares a
     uint8 tensor with a Python float."""
-    values = np.arange(256)
-    inverted = values.astype(np.float32) >= np.float32(threshold)
-    return cv2.LUT(img, np.where(inverted, 255 - values, values).astype(np.uint8))
+    return cv2.LUT(img, _solarize_lut(float(threshold)))
 
 
+@functools.lru_cache(maxsize=256)
+def _solarize_add_lut(addition: float) -> np.ndarray:
+    values = np.arange(256, dtype=np.float32)
+    added = np.minimum(values + np.float32(addition), np.float32(255))
+    return np.where(values < 128, added, values).astype(np.uint8)
+
+
+def solarize_add_np(img: np.ndarray, addition: float) -> np.ndarray:
+    """timm's SolarizeAdd: ``addition`` added to the values below 128, saturated at 255."""
+    return cv2.LUT(img, _solarize_add_lut(float(addition)))
+
+
+def invert_np(img: np.ndarray) -> np.ndarray:
+    return cv2.bitwise_not(img)
+
+
+@functools.lru_cache(maxsize=4096)
 def _stretch_lut(lo: int, hi: int) -> np.ndarray:
     """autocontrast's table for one channel as torchvision's tensor path: (v - lo) divided by
     (hi - lo) * (1 / 255) in float32, truncated."""
@@ -37,26 +66,29 @@ def _stretch_lut(lo: int, hi: int) -> np.ndarray:
 
 def autocontrast_np(img: np.ndarray) -> np.ndarray:
     """Stretch each channel to 0..255; a flat channel stays."""
-    bounds = [cv2.minMaxLoc(channel)[:2] for channel in cv2.split(img)]
-    lut = np.stack([_stretch_lut(int(lo), int(hi)) for lo, hi in bounds], axis=1)
-    return cv2.LUT(img, lut.reshape(256, 1, 3))
+    planes = _channels(img)
+    tables = [_stretch_lut(int(lo), int(hi)) for lo, hi, *_ in map(cv2.minMaxLoc, planes)]
+    return cv2.merge([cv2.LUT(plane, table) for plane, table in zip(planes, tables)])
 
 
-def _equalize_lut(hist: np.ndarray) -> np.ndarray:
-    """PIL's ImageOps.equalize table for one channel's histogram (identity when degenerate)."""
-    used = hist[hist > 0]
-    step = (int(hist.sum()) - int(used[-1])) // 255 if len(used) else 0
-    if step == 0:
-        return np.arange(256, dtype=np.uint8)
-    lut = (np.cumsum(hist) + step // 2) // step
-    return np.clip(np.concatenate([[0], lut[:-1]]), 0, 255).astype(np.uint8)
+def _equalize_luts(hists: np.ndarray) -> np.ndarray:
+    """PIL's ImageOps.equalize tables, one per row of 256-bin histograms (identity where a
+    channel is degenerate)."""
+    last_used = 255 - np.argmax(hists[:, ::-1] > 0, axis=1)
+    rows = np.arange(len(hists))
+    step = (hists.sum(axis=1) - hists[rows, last_used]) // 255
+    lut = (np.cumsum(hists, axis=1) + (step // 2)[:, None]) // np.maximum(step, 1)[:, None]
+    lut[:, 1:] = lut[:, :-1].copy()
+    lut[:, 0] = 0
+    identity = np.arange(256)
+    return np.where((step > 0)[:, None], np.clip(lut, 0, 255), identity).astype(np.uint8)
 
 
 def equalize_np(img: np.ndarray) -> np.ndarray:
-    hists = [cv2.calcHist([channel], [0], None, [256], [0, 256]).reshape(256).astype(np.int64)
-             for channel in cv2.split(img)]
-    lut = np.stack([_equalize_lut(h) for h in hists], axis=1)
-    return cv2.LUT(img, lut.reshape(256, 1, 3))
+    planes = _channels(img)
+    hists = np.stack([cv2.calcHist([plane], [0], None, [256], [0, 256]).reshape(256) for plane in planes])
+    luts = _equalize_luts(hists.astype(np.int64))
+    return cv2.merge([cv2.LUT(plane, lut) for plane, lut in zip(planes, luts)])
 
 
 # --- torch, a batch with one parameter per sample --------------------------------------
