@@ -42,7 +42,7 @@ class ShardFetcher:
         self._stop = threading.Event()   # the running thread's own: a new one gets a new one
         self._shards: dict[str, Shard] = {}   # by name: what a forked child's request names
         self._owner, self._closed = os.getpid(), False
-        self._no_answer: tuple[float, NoAnswerError] | None = None   # (when, error): the last fetch the server left unanswered
+        self._no_answer: tuple[float, NoAnswerError] | None = None   # (when, error) of the last unanswered fetch
         self.service: FetchService | None = None   # started before the first fork
 
     def serve_children(self) -> None:
@@ -76,7 +76,8 @@ class ShardFetcher:
     def _get(self, shard: Shard, ahead: threading.Event | None) -> str:
         started = time.monotonic()
         try:
-            return self.cache.get(shard.name, shard.size_bytes, lambda dest: self.bucket.download(self.key(shard.name), dest),
+            return self.cache.get(shard.name, shard.size_bytes,
+                                  lambda dest: self.bucket.download(self.key(shard.name), dest),
                                   lambda path: _check_shard(path, shard), keep=self._keep(),
                                   before_fetch=lambda: self._before_fetch(shard, started, ahead))
         except NoAnswerError as exc:
