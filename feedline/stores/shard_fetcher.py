@@ -114,8 +114,7 @@ class ShardFetcher:
         return self.fetch(shard), sorted(self._keep())
 
     def _keep(self) -> set[str]:
-        """The shards not to evict: the reader's window, the one before (batches in flight may
-        still read it) and those fetched ahead."""
+        """The shards not to evict: the reader's window, the one before (still read) and those ahead."""
         with self._cond:
             start = max(0, self._position - 1) * SHARD_WINDOW
             return {s.name for s in self._sequence[start:(self._position + 1) * SHARD_WINDOW + self.options.fetch_ahead]}
