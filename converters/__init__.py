@@ -68,7 +68,7 @@ def _pack_tars(tars: list[str], out, options: PackOptions) -> PackReport:
     import hashlib
     import shutil
 
-    from feedline.stores import RemoteOptions
+    from feedline.stores import from_environment
     from feedline.urls import url_scheme
 
     from .webdataset import unpack_tars
@@ -77,7 +77,7 @@ def _pack_tars(tars: list[str], out, options: PackOptions) -> PackReport:
                         "leave out --labels")
     out = os.fspath(out)
     if url_scheme(out):
-        staging = os.path.join(RemoteOptions.from_env().cache_root, "upload",
+        staging = os.path.join(from_environment().cache_root, "upload",
                                "tars-" + hashlib.sha256(out.encode()).hexdigest()[:16])
     else:
         staging = os.path.abspath(out) + ".tars"

@@ -31,6 +31,7 @@ from feedline.targets import TARGET_DTYPES
 
 from .disk_space import write_failed
 from .journal import JournalEntry
+from .output_lock import OutputLock
 from .writer_base import HDF5_STAGING_SUFFIXES, Writer, remove_quietly, start_writeback
 
 log = logging.getLogger(__name__)
@@ -57,8 +58,12 @@ def images_offset() -> int:
 
 
 class Hdf5Writer(Writer):
+    """Holds the output's lock from construction to ``close`` or ``discard``: a second pack to
+    the same output refuses at once instead of rewriting the first one's staging files."""
+
     def __init__(self, out: str):
         super().__init__(out)
+        self._lock = OutputLock(self.partial_path, out)
         self.staging_path, self.journal_path = (self.partial_path + suffix for suffix in HDF5_STAGING_SUFFIXES)
         self._staging: int | None = None
         self._journal: int | None = None
@@ -72,10 +77,17 @@ class Hdf5Writer(Writer):
         return [self.staging_path, self.journal_path]
 
     def start(self, resume: bool) -> list[JournalEntry]:
+        try:
+            return self._start(resume)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, resume: bool) -> list[JournalEntry]:
         remove_quietly(self.partial_path)  # the container is always rebuilt from the staging files
         entries: list[JournalEntry] = []
         if resume and os.path.exists(self.journal_path) and os.path.exists(self.staging_path):
-            entries = self._recover()
+            self._base, entries = _recover(self.journal_path, self.staging_path)
         else:
             self._base = images_offset()
             with open(self.staging_path, "wb") as fh:
@@ -85,29 +97,6 @@ class Hdf5Writer(Writer):
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         self._staging = os.open(self.staging_path, flags, 0o644)
         self._journal = os.open(self.journal_path, flags, 0o644)
-        return entries
-
-    def _recover(self) -> list[JournalEntry]:
-        """Entries of the complete journal lines; cut both files back to the last of them.
-        The journal's first line says where the staged bytes start."""
-        with open(self.journal_path, "rb") as fh:
-            raw = fh.read()
-        complete = raw[:raw.rfind(b"\n") + 1]  # a line without its newline was cut short
-        lines = complete.splitlines()
-        try:
-            self._base = int(json.loads(lines[0])["staged_at"])
-        except (IndexError, ValueError, KeyError, TypeError):
-            raise PackError(f"{self.journal_path}: not a feedline staging journal; "
-                            "start over without --resume") from None
-        entries = [JournalEntry.from_bytes(line, self.journal_path) for line in lines[1:]]
-        nbytes = sum(sum(e.lengths) for e in entries)
-        staged = os.path.getsize(self.staging_path) - self._base
-        if staged < nbytes:
-            raise PackError(f"{self.staging_path}: {staged} staged bytes but the journal needs {nbytes}; "
-                            "start over without --resume")
-        os.truncate(self.journal_path, len(complete))
-        # Also undoes a container head and tail written around the bytes by an interrupted finish.
-        os.truncate(self.staging_path, self._base + nbytes)
         return entries
 
     def add(self, index: int, data: bytes) -> None:
@@ -138,7 +127,7 @@ class Hdf5Writer(Writer):
         self._written = written
 
     def finish(self, columns: dict[str, bytes], meta: dict, lengths: list[int]) -> None:
-        self.close()
+        self._close_files()   # the lock stays held: the result is not OUT yet
         total = int(sum(lengths))
         staged = os.path.getsize(self.staging_path) - self._base
         if staged != total:
@@ -194,12 +183,45 @@ class Hdf5Writer(Writer):
         os.replace(self.staging_path, self.partial_path)
 
     def close(self) -> None:
+        self._close_files()
+        self._lock.release()
+
+    def discard(self) -> None:
+        self._close_files()
+        for path in [self.partial_path, *self.side_paths]:
+            remove_quietly(path)
+        self._lock.release()   # last: the next pack's files are never removed here
+
+    def _close_files(self) -> None:
         self._added, self._added_bytes = [], 0  # not committed: not kept
         for name in ("_staging", "_journal"):
             fd = getattr(self, name)
             if fd is not None:
                 os.close(fd)
                 setattr(self, name, None)
+
+
+def _recover(journal_path: str, staging_path: str) -> tuple[int, list[JournalEntry]]:
+    """(where the staged bytes start, the entries of the complete journal lines); both files
+    cut back to the last of them. The journal's first line says where the staged bytes start."""
+    with open(journal_path, "rb") as fh:
+        raw = fh.read()
+    complete = raw[:raw.rfind(b"\n") + 1]  # a line without its newline was cut short
+    lines = complete.splitlines()
+    try:
+        base = int(json.loads(lines[0])["staged_at"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        raise PackError(f"{journal_path}: not a feedline staging journal; start over without --resume") from None
+    entries = [JournalEntry.from_bytes(line, journal_path) for line in lines[1:]]
+    nbytes = sum(sum(e.lengths) for e in entries)
+    staged = os.path.getsize(staging_path) - base
+    if staged < nbytes:
+        raise PackError(f"{staging_path}: {staged} staged bytes but the journal needs {nbytes}; "
+                        "start over without --resume")
+    os.truncate(journal_path, len(complete))
+    # Also undoes a container head and tail written around the bytes by an interrupted finish.
+    os.truncate(staging_path, base + nbytes)
+    return base, entries
 
 
 def _write_all(fd: int, buffers: list[bytes]) -> None:

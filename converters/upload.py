@@ -23,7 +23,7 @@ from feedline.errors import PackError
 from feedline.format import SHARD_INDEX_FORMAT, SHARD_INDEX_VERSION, shard_index, shard_name
 from feedline.scan import scan_folder, shuffled
 from feedline.stores.detect import open_file
-from feedline.stores.remote import Bucket, MissingObjectError, RemoteOptions
+from feedline.stores.remote import Bucket, MissingObjectError, RemoteOptions, from_environment
 from feedline.stores.shard_head import HEAD_SUFFIX, head_bytes, parse_head
 
 from .options import PackOptions, format_for
@@ -39,7 +39,7 @@ def pack_to_bucket(src: str | os.PathLike, url: str, options: PackOptions,
                    remote: RemoteOptions | None = None) -> PackReport:
     """Pack ``src`` into shards of ``url`` (s3://bucket/OUT.lmdb) and its index OUT.shards.json."""
     started = time.perf_counter()
-    remote = remote or RemoteOptions.from_env()
+    remote = from_environment(remote)
     if not options.sharded:
         raise PackError(f"{url}: a bucket holds sharded data sets: add --num-shards N (or --shard-size)")
     if options.shard_index is not None:

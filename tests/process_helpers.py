@@ -24,3 +24,17 @@ def in_child(work) -> tuple[int, bytes]:
         out = fh.read()
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), out
+
+
+
+def fork_storm(source: str, forks: int, env: dict | None = None) -> dict:
+    """``tests/fork_storm.py SOURCE FORKS`` in a process of its own: its counts of forked,
+    hung, wrong and failed children, and the parent's read problems."""
+    import json
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fork_storm.py")
+    done = subprocess.run([sys.executable, script, source, str(forks)], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -9,6 +9,7 @@ import os
 import h5py
 import numpy as np
 import pytest
+from process_helpers import fork_storm
 from store_helpers import DAMAGED_TAIL, error_of, records
 from storefiles import Records, write_hdf5
 
@@ -179,3 +180,11 @@ def test_hdf5_image_data_never_written_is_refused(tmp_path, records):
         fh.create_dataset("images", shape=(total,), dtype=np.uint8)   # space never allocated
     assert error_of(open_dataset, path) == (f"{path}: the file is truncated (image data runs past its end). "
                                             "Pack it again.")
+
+
+@pytest.mark.slow
+def test_two_hundred_forks_taken_while_threads_read_never_hang_a_child(tmp_path, records):
+    """A child maps the file itself and leaves its parent's map alone (HDF5 is opened once, at
+    open: h5py's own lock waits out a fork)."""
+    path = write_hdf5(tmp_path / "busy.h5", records)
+    assert fork_storm(path, 200) == {"forked": 200, "hung": 0, "wrong": 0, "failed": 0, "problems": []}

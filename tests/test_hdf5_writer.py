@@ -153,3 +153,42 @@ def test_hdf5_stages_more_records_than_one_writev_takes(tmp_path):
     out = str(tmp_path / "o.h5")
     pack(str(tmp_path / "src"), out, commit_every=2000, jobs=1)
     assert stored_as_sources(out, str(tmp_path / "src")) == 1050
+
+
+PACK_IN_A_PROCESS = "import sys\nfrom converters import pack\npack(sys.argv[1], sys.argv[2])\n"
+
+
+def test_a_second_pack_to_the_same_hdf5_output_refuses_at_once_naming_the_first(tmp_path):
+    """The first pack is stopped (SIGSTOP) while it holds the output: the second names it and
+    touches nothing of it; the first, continued, finishes a whole, readable file."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from feedline import open_dataset
+    from feedline.sample import make_photo_folder
+    src, out = str(tmp_path / "src"), str(tmp_path / "out.h5")
+    make_photo_folder(src, n=150, classes=2, seed=3)
+    first = subprocess.Popen([sys.executable, "-c", PACK_IN_A_PROCESS, src, out])
+    lock = out + ".partial.lock"
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(out + ".partial.journal"):   # the first pack is writing
+            assert first.poll() is None and time.monotonic() < deadline, "the first pack never began writing"
+            time.sleep(0.002)
+        first.send_signal(signal.SIGSTOP)
+        staged = {p: os.path.getsize(p) for p in (out + ".partial.images", out + ".partial.journal")}
+        with pytest.raises(PackError) as info:
+            pack(src, out)
+        text = str(info.value)
+        assert text.startswith(f"{out}: another pack is writing it (pid {first.pid} on ") and "\n" not in text
+        assert text.endswith("wait for it to finish or stop it, then pack again")
+        assert {p: os.path.getsize(p) for p in staged} == staged and not os.path.exists(out)
+    finally:
+        first.send_signal(signal.SIGCONT)
+        assert first.wait(120) == 0
+    with open_dataset(out) as store:
+        assert len(store) == 150 and all(store.read_checked(i) is not None for i in range(150))
+    assert not os.path.exists(lock)
+    pack(src, out, overwrite=True)   # and the next pack goes ahead

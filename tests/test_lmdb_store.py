@@ -3,6 +3,7 @@ environment per file shared and released, forked children with their own, read-o
 and the read-ahead ranges found by walking the file's pages."""
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import shutil
@@ -11,7 +12,7 @@ import tempfile
 import lmdb
 import numpy as np
 import pytest
-from process_helpers import in_child
+from process_helpers import fork_storm, in_child
 from store_helpers import DAMAGED_TAIL, error_of, photos, records
 from storefiles import write_lmdb
 
@@ -92,35 +93,50 @@ def test_stores_on_one_file_share_one_environment_released_by_the_last_close(tmp
     store.close()
     lmdb.open(path, subdir=False, readonly=True, lock=False).close()
     st = os.stat(path)
-    assert (st.st_dev, st.st_ino) not in lmdb_store._shared   # nothing kept for a file no store reads
+    assert (st.st_dev, st.st_ino) not in lmdb_store._files.get().shared   # nothing kept for a file no store reads
 
 
-def test_a_forked_child_reads_through_its_own_environment(tmp_path, records):
-    path = write_lmdb(tmp_path / "f.lmdb", records)
+def test_a_forked_child_reads_through_its_own_transactions_and_opens_new_files_itself(tmp_path, records):
+    """py-lmdb refuses a second open of a file in one process, and the fork copies that list:
+    the child begins its own transactions on the environment it inherited (a read-only map),
+    and opens a file the parent did not have open as any process does."""
+    path, other = write_lmdb(tmp_path / "f.lmdb", records), write_lmdb(tmp_path / "g.lmdb", records)
     with LmdbStore(path) as store:
         assert bytes(store.read(1)) == records.images[1]
-        parent_env = store._environment()
+        parent_txn = store._reader.get().txn()
 
         def work() -> bytes:
             ok = bytes(store.read(2)) == records.images[2]
-            env = store._environment()
-            return b"ok" if ok and env is not parent_env and store._env_share.pid == os.getpid() else b"inherited"
+            reader = store._reader.get()
+            with LmdbStore(other) as second:
+                fresh = not second._reader.get().share.inherited and bytes(second.read(3)) == records.images[3]
+            return b"ok" if ok and fresh and reader.share.inherited and reader.txn() is not parent_txn else b"no"
 
         assert in_child(work) == (0, b"ok")
         assert bytes(store.read(3)) == records.images[3]
 
 
-def test_the_fork_hook_gives_a_child_a_fresh_lock_and_its_own_process_id(tmp_path, records):
-    """What ``os.fork`` runs in the child, run here (in a process that did not fork, it must
-    change nothing a store sees): a lock no thread holds, and the process id that a store
-    compares with its environment's to know it was inherited."""
-    with LmdbStore(write_lmdb(tmp_path / "k.lmdb", records)) as store:
-        env, lock = store._environment(), lmdb_store._lock
-        lmdb_store._after_fork_in_child()
-        assert lmdb_store._lock is not lock and lmdb_store._lock.acquire(blocking=False)
-        lmdb_store._lock.release()
-        assert lmdb_store._pid == os.getpid() and store._environment() is env
-        assert bytes(store.read(1)) == records.images[1]
+def test_a_forked_child_closing_or_dropping_the_store_leaves_what_it_inherited_alone(tmp_path, records):
+    """The child closes only what it opened: the parent's environment and its transactions,
+    copied by the fork, stay open there (closing them would wait on reads of threads the
+    child does not have), so a record the parent read before the fork still reads right."""
+    path = write_lmdb(tmp_path / "k.lmdb", records)
+    store = LmdbStore(path)
+    before_fork = store.read(1)
+    parent_env = store._environment()
+
+    def work() -> bytes:
+        nonlocal store
+        assert bytes(store.read(2)) == records.images[2]
+        store.close()
+        store = None   # the store itself freed in the child
+        gc.collect()
+        parent_env.stat()   # raises once the environment is closed
+        return b"ok" if bytes(before_fork) == records.images[1] else b"wrong bytes"
+
+    assert in_child(work) == (0, b"ok")
+    assert bytes(store.read(3)) == records.images[3]
+    store.close()
 
 
 def test_a_forked_child_that_cannot_reopen_the_file_says_so_at_each_read(tmp_path, records):
@@ -267,3 +283,12 @@ def test_lmdb_layout_problems_count_every_extra_image_key_and_journal_key(tmp_pa
             "2 pack journal key(s) left: the pack did not finish"]
     with open_dataset(write_lmdb(tmp_path / "y.lmdb", records, extra_keys={b"zz/other": b"w"})) as store:
         assert store.layout_problems() == []
+
+
+@pytest.mark.slow
+def test_a_thousand_forks_taken_while_threads_read_never_hang_a_child(tmp_path, records):
+    """A child forked while other threads were inside reads (or opening the file) reads through
+    transactions of its own; it never closes what it inherited, where LMDB would wait for reads
+    that never end in the child."""
+    path = write_lmdb(tmp_path / "busy.lmdb", records)
+    assert fork_storm(path, 1000) == {"forked": 1000, "hung": 0, "wrong": 0, "failed": 0, "problems": []}

@@ -1,10 +1,13 @@
-"""The remote-file seam's options: the cache's place and limit from arguments or the environment."""
+"""The remote-file seam's options: the cache's place and limit from arguments, else from the
+environment, read in one function at the edge."""
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from feedline.errors import StoreError
-from feedline.stores.remote import RemoteOptions, parse_bytes
+from feedline.stores.remote import RemoteOptions, from_environment, parse_bytes
 from feedline.urls import split_url
 
 
@@ -16,17 +19,20 @@ def test_sizes_read_as_people_write_them():
             parse_bytes(bad, "FEEDLINE_CACHE_LIMIT")
 
 
-def test_the_cache_defaults_to_the_users_cache_and_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.delenv("FEEDLINE_CACHE_DIR", raising=False)
-    monkeypatch.delenv("FEEDLINE_CACHE_LIMIT", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert RemoteOptions.from_env() == RemoteOptions()
-    assert RemoteOptions().cache_root == str(tmp_path / "xdg" / "feedline")
-    monkeypatch.setenv("FEEDLINE_CACHE_DIR", str(tmp_path / "c"))
-    monkeypatch.setenv("FEEDLINE_CACHE_LIMIT", "2GiB")
-    options = RemoteOptions.from_env()
-    assert options.cache_root == str(tmp_path / "c") and options.cache_limit == 2 * 2**30
-    assert RemoteOptions(cache_dir="rel").cache_root.endswith("/rel")
+def test_the_cache_is_chosen_by_the_environment_where_the_options_leave_it(tmp_path):
+    home = os.path.join(os.path.expanduser("~"), ".cache", "feedline")
+    assert from_environment(environ={}) == RemoteOptions(cache_dir=home, cache_limit=50 * 2**30)
+    xdg = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    assert from_environment(environ=xdg).cache_root == str(tmp_path / "xdg" / "feedline")
+    chosen = {**xdg, "FEEDLINE_CACHE_DIR": str(tmp_path / "c"), "FEEDLINE_CACHE_LIMIT": "2GiB"}
+    options = from_environment(RemoteOptions(tries=2), environ=chosen)
+    assert options == RemoteOptions(cache_dir=str(tmp_path / "c"), cache_limit=2 * 2**30, tries=2)
+    given = RemoteOptions(cache_dir="rel", cache_limit=7)   # what the options say wins
+    assert from_environment(given, environ=chosen) == given and given.cache_root == os.path.abspath("rel")
+    with pytest.raises(StoreError, match="FEEDLINE_CACHE_LIMIT='lots': give a size"):
+        from_environment(environ={"FEEDLINE_CACHE_LIMIT": "lots"})
+    with pytest.raises(ValueError, match="cache_dir is not chosen: pass the options through from_environment"):
+        RemoteOptions().cache_root   # noqa: B018 - below the edge nothing reads the environment
     with pytest.raises(ValueError, match="cache_limit > 0"):
         RemoteOptions(cache_limit=0)
 

@@ -116,3 +116,82 @@ def test_an_unreachable_server_stops_a_loader_even_when_bad_records_are_substitu
                 next(iter(loader))
     finally:
         s3_env.resume()
+
+
+@pytest.mark.parametrize("offset", [16, 136], ids=["magic", "root-page"])
+def test_a_cached_shard_whose_header_is_damaged_is_fetched_again_once(faults_pack, s3_env, tmp_path, offset):
+    """Damage outside the records (the LMDB magic, the main database's root page number) makes
+    the cached file unopenable: it is fetched again once, not every record substituted."""
+    options = RemoteOptions(cache_dir=str(tmp_path / "c"), fetch_ahead=0)
+    with open_dataset(faults_pack, remote=options) as store:
+        good = records(store)
+        name = os.path.basename(store.shard_files[0])
+        path = store.cache.path(name)
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        byte = fh.read(1)[0]
+        fh.seek(offset)
+        fh.write(bytes([byte ^ 0xFF]))
+    with open_dataset(faults_pack, remote=options) as store:
+        assert [bytes(store.read_checked(i)) for i in range(len(store))] == [r[0] for r in good]
+        assert store.cache.fetched == [name]
+
+
+def member_data_offset(path: str, member: str) -> int:
+    """Where the bytes of ``member`` of the zip file ``path`` begin (after its local header)."""
+    import struct
+    import zipfile
+    with zipfile.ZipFile(path) as zf:
+        start = zf.getinfo(member).header_offset
+    with open(path, "rb") as fh:
+        fh.seek(start + 26)
+        name_length, extra_length = struct.unpack("<HH", fh.read(4))
+    return start + 30 + name_length + extra_length
+
+
+def test_a_cached_head_that_is_damaged_is_fetched_again(faults_pack, s3_env, tmp_path):
+    options = RemoteOptions(cache_dir=str(tmp_path / "c"), fetch_ahead=0)
+    with open_dataset(faults_pack, remote=options) as store:
+        good = records(store)
+        head = store.cache.path(os.path.basename(store.shard_files[1]) + ".head")
+    with open(head, "rb") as fh:
+        original = fh.read()
+    with open(head, "r+b") as fh:   # a label's byte: the member's CRC no longer matches
+        fh.seek(member_data_offset(head, "column.labels.npy") + 130)
+        byte = fh.read(1)[0]
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([byte ^ 0x01]))
+    with open_dataset(faults_pack, remote=options) as store:
+        assert records(store) == good
+        assert store.cache.fetched == []   # the head only: no shard
+    with open(head, "rb") as fh:
+        assert fh.read() == original   # fetched again, in place of the damaged copy
+
+
+@pytest.mark.parametrize("num_workers", [0, 2], ids=["threads", "workers"])
+def test_a_hung_server_is_one_error_within_two_request_budgets_and_the_loader_closes_soon_after(
+        faults_pack, s3_env, tmp_path, num_workers):
+    """SIGSTOP: connections are accepted and never answered. The fetch-ahead thread, the readers
+    and every worker waiting for the same shard meet one failure, not one each in turn; the
+    error is the bucket's (never a bad record to substitute); closing does not wait out the
+    requests still in flight."""
+    from feedline import FeedLoader
+    from feedline.errors import UnavailableError
+    options = RemoteOptions(tries=2, backoff_s=0.1, timeout_s=2.0, cache_dir=str(tmp_path / "c"))
+    budget = options.tries * options.timeout_s
+    store = open_dataset(faults_pack, remote=options)
+    s3_env.pause()
+    try:
+        started = time.monotonic()
+        loader = FeedLoader(store, batch_size=4, train=True, size=32, num_workers=num_workers, device="cpu",
+                            on_error="substitute")
+        with pytest.raises(UnavailableError, match=r"s3://faults/set-0000[01]-of-00002.lmdb: fetch failed 2 times"):
+            next(iter(loader))
+        failed = time.monotonic() - started
+        loader.close()
+        store.close()
+        closed = time.monotonic() - started - failed
+    finally:
+        s3_env.resume()
+    assert loader.stats.ledger.substituted == 0
+    assert failed < 2 * budget and closed < 10.0, (failed, closed)

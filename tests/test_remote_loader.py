@@ -1,6 +1,7 @@
 """FeedLoader over a bucket: shard order by default, exact mid-epoch resume, the cache bounded."""
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -96,3 +97,66 @@ def test_worker_processes_read_a_bucket_as_the_threads_do(uploaded, s3_env, tmp_
     assert len(got) == len(expected) == 10
     for (a, la), (b, lb) in zip(got, expected, strict=True):
         assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+@pytest.fixture(scope="module")
+def twelve(s3_server, photo_folder, tmp_path_factory):
+    """photo_folder in 12 shards in a bucket, and the same 12 shards packed locally: (URL, local index)."""
+    from converters import pack
+    from tests.remote_helpers import make_bucket
+    work = tmp_path_factory.mktemp("twelve")
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in s3_server.env().items():
+            mp.setenv(name, value)
+        mp.setenv("XDG_CACHE_HOME", str(work / "upload-cache"))
+        prefix = make_bucket(s3_server, "twelve")
+        pack(str(photo_folder), f"{prefix}/set.lmdb", num_shards=12, progress=False)
+    pack(str(photo_folder), str(work / "local" / "set.lmdb"), num_shards=12, progress=False)
+    return f"{prefix}/set.shards.json", str(work / "local" / "set.shards.json")
+
+
+def test_worker_processes_over_a_bounded_cache_deliver_every_record_once_per_epoch(twelve, s3_env, tmp_path,
+                                                                                  caplog):
+    """Two workers, a cache limit of seven shards of twelve, two epochs: every batch equals the
+    one read from a local copy of the same shards, and the cache folder never holds more than
+    its limit, sampled all along (shards arriving counted whole, as the cache counts them)."""
+    import threading
+    import time
+    url, local = twelve
+    with open_dataset(local) as reference:
+        sizes = [os.path.getsize(f) for f in reference.files()]
+        count = len(reference)
+    limit = sum(sorted(sizes)[-7:])
+    assert limit < sum(sizes)
+    options = dict(batch_size=5, train=True, size=32, seed=3, device="cpu", decoder="opencv",
+                   order=OrderSpec("shards", rank=0, world_size=1))
+    expected = {}
+    with FeedLoader(local, **options, num_workers=0) as loader:
+        for epoch in (0, 1):
+            loader.set_epoch(epoch)
+            expected[epoch] = batches(loader)
+    store = open_dataset(url, remote=RemoteOptions(cache_dir=str(tmp_path / "c"), cache_limit=limit))
+    held, done = [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            held[0] = max(held[0], store.cache.used_bytes())
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with FeedLoader(store, **options, num_workers=2, engine="processes") as loader:
+            for epoch in (0, 1):
+                loader.set_epoch(epoch)
+                got = batches(loader)
+                assert sum(len(labels) for _, labels in got) == count
+                assert len(got) == len(expected[epoch])
+                for (a, la), (b, lb) in zip(got, expected[epoch], strict=True):
+                    assert torch.equal(a, b) and torch.equal(la, lb)
+    finally:
+        done.set()
+        watcher.join()
+        store.close()
+    assert 0 < held[0] <= limit
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -8,6 +8,7 @@ import pytest
 
 from feedline.errors import StoreError
 from feedline.stores import RemoteOptions, is_remote, open_dataset
+from tests.process_helpers import fork_storm
 from tests.remote_helpers import records
 
 pytestmark = pytest.mark.s3
@@ -50,3 +51,27 @@ def test_unsupported_schemes_are_refused_in_one_line():
         with pytest.raises(StoreError, match=r"does not read .*://.*reads local paths and s3://") as info:
             open_dataset(url)
         assert "\n" not in str(info.value)
+
+
+@pytest.mark.slow
+def test_two_hundred_forks_taken_while_threads_read_a_bucket_never_hang_a_child(uploaded, s3_env):
+    """Told before the forks, the opener fetches for its children; a child never touches the
+    opener's locks, sockets or cached files' handles, whatever its threads were doing."""
+    url, _ = uploaded
+    counts = fork_storm(url, 200, env=dict(os.environ))
+    assert counts == {"forked": 200, "hung": 0, "wrong": 0, "failed": 0, "problems": []}
+
+
+def test_a_user_chooses_the_cache_with_the_environment_and_the_options_win(uploaded, s3_env, tmp_path, monkeypatch):
+    """What docs/remote.md tells users: FEEDLINE_CACHE_DIR and FEEDLINE_CACHE_LIMIT, read where the
+    data set is opened (FeedLoader, the CLI), unless RemoteOptions says otherwise."""
+    from feedline import FeedLoader
+    url, _ = uploaded
+    monkeypatch.setenv("FEEDLINE_CACHE_DIR", str(tmp_path / "env"))
+    monkeypatch.setenv("FEEDLINE_CACHE_LIMIT", "3MiB")
+    with FeedLoader(url, batch_size=8, size=32, num_workers=0, device="cpu") as loader:
+        next(iter(loader))
+        cache = loader.store.cache
+        assert cache.folder.startswith(str(tmp_path / "env") + os.sep) and cache.limit == 3 * 2**20
+    with open_dataset(url, remote=RemoteOptions(cache_dir=str(tmp_path / "given"))) as store:
+        assert store.cache.folder.startswith(str(tmp_path / "given") + os.sep) and store.cache.limit == 3 * 2**20

@@ -8,7 +8,7 @@ from ..errors import StoreError
 from ..format import SHARD_INDEX_SUFFIX, shard_index
 from .base import Store
 from .detect import open_file, read_head
-from .remote import RemoteOptions
+from .remote import RemoteOptions, from_environment
 from .sharded_store import ShardedStore
 from ..urls import check_url, url_scheme
 
@@ -34,7 +34,7 @@ def open_dataset(source: str | os.PathLike | Sequence[str | os.PathLike], labels
     if url_scheme(path):
         check_url(path)
         from .remote_store import open_remote
-        return open_remote(path, remote)
+        return open_remote(path, from_environment(remote))
     if os.path.isdir(path):
         if os.path.exists(os.path.join(path, "data.mdb")):
             raise StoreError(f"{path}: an LMDB directory; feedline stores are single-file LMDB. "
@@ -71,4 +71,5 @@ def is_remote(store: Store) -> bool:
     return isinstance(store, RemoteShardedStore)
 
 
-__all__ = ["Store", "ShardedStore", "RemoteOptions", "open_dataset", "is_remote", "shard_counts", "will_visit"]
+__all__ = ["Store", "ShardedStore", "RemoteOptions", "from_environment", "open_dataset", "is_remote", "shard_counts",
+           "will_visit"]

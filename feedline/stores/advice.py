@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -25,7 +24,6 @@ MERGE_GAP = 64 << 10          # neighbours closer than this are read in one requ
 _MIN_PIECE = 128 << 10        # the kernel's default read-ahead
 _MAX_PIECE = 8 << 20          # bounds the time one call spends submitting requests
 _pieces: dict[int, int] = {}  # st_dev -> bytes per WILLNEED call
-_pieces_lock = threading.Lock()
 
 Range = tuple[str, int, int]  # (file, offset, length)
 
@@ -83,10 +81,9 @@ def _advise_file(path: str, spans: Sequence[tuple[int, int]]) -> int:
 def _piece_bytes(fd: int) -> int:
     """The largest WILLNEED the kernel honours whole for this file: its device's read-ahead."""
     dev = os.fstat(fd).st_dev
-    with _pieces_lock:
-        if dev not in _pieces:
-            _pieces[dev] = _device_read_ahead(dev)
-        return _pieces[dev]
+    if dev not in _pieces:   # no lock (a forked child may inherit one held): two threads find the same
+        _pieces[dev] = _device_read_ahead(dev)
+    return _pieces[dev]
 
 
 def _device_read_ahead(dev: int) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 import operator
 import os
-import threading
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -13,18 +12,17 @@ from ..errors import ChecksumError, StoreError
 from ..format import CHECKSUMS, COLUMN_NAMES, Columns, checksum, class_lists_of, fields_of, has_checksums
 from ..targets import FIELD_COLUMNS, FieldsError, TargetColumns
 from .advice import will_need
+from .process_local import process_lock
 
 log = logging.getLogger(__name__)
 
-_warned_lock = threading.Lock()
 _warned_no_checksums: set[str] = set()   # files already reported, so each is reported once
 
 
 class Store(ABC):
     """Random access to records: encoded bytes, targets, (height, width), source path.
-
     Thread-safe: many threads may call ``read`` at once, with no global lock on the read
-    path. Fork-safe: opened before a fork (``before_fork`` first), it reopens in the child."""
+    path. Fork-safe (``before_fork`` first): a child never touches, even to close, what it inherited."""
 
     filename: str   # the file or folder the store was opened from
     kind: str       # "lmdb", "hdf5" or "folder"
@@ -148,7 +146,7 @@ class Store(ABC):
         if self.columns.checksums is not None:
             return
         key = os.path.realpath(self.filename)
-        with _warned_lock:
+        with process_lock():   # a lock of this process: one held at a fork stays with the parent
             if key in _warned_no_checksums:
                 return
             _warned_no_checksums.add(key)
@@ -156,8 +154,8 @@ class Store(ABC):
                     "ones. Pack the image folder again to add them.",
                     self.filename, self.meta.get("format_version"))
 
-    def before_fork(self) -> None:   # called in the parent just before forking processes that will read it
-        pass
+    def before_fork(self) -> None:
+        """Call in the parent just before forking processes that will read this store."""
 
     def close(self) -> None:
         """Release file handles. Reading after close reopens them."""

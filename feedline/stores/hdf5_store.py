@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from functools import partial
 
 import h5py
 import numpy as np
@@ -11,6 +12,7 @@ from ..errors import StoreError
 from ..format import COLUMN_DTYPES, HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS, parse_meta
 from ..targets import TARGET_DTYPES
 from .base import Store, column_names, load_columns, load_targets
+from .process_local import ProcessLocal
 
 
 def _meta_text(value) -> bytes | str:
@@ -81,29 +83,13 @@ class Hdf5Store(Store):
         if self._data_size and (self._data_offset is None
                                 or self._data_offset + self._data_size > os.path.getsize(filename)):
             raise StoreError(f"{filename}: the file is truncated (image data runs past its end). Pack it again.")
-        self._map = None
-
-    def _data(self) -> np.ndarray:
-        # np.memmap keeps no state shared with the parent after a fork but the mapping
-        # itself, which is read-only and safe to share.
-        data = self._map
-        if data is None:
-            if self._data_size == 0:
-                data = np.zeros(0, dtype=np.uint8)
-            else:
-                data = np.memmap(self.filename, dtype=np.uint8, mode="r",
-                                 offset=self._data_offset, shape=(self._data_size,))
-                try:
-                    data._mmap.madvise(mmap.MADV_RANDOM)
-                except (AttributeError, OSError):
-                    pass
-            # Two threads racing here each map the file once; either map serves.
-            self._map = data
-        return data
+        # Each process maps the file itself (a forked child leaves its parent's map alone).
+        self._map: ProcessLocal[np.ndarray] = ProcessLocal(partial(_map_images, filename, self._data_offset,
+                                                                   self._data_size))
 
     def read(self, index: int):
         i = self._check(index)
-        return self._data()[self.offsets[i]:self.offsets[i + 1]]
+        return self._map.get()[self.offsets[i]:self.offsets[i + 1]]
 
     def byte_lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
@@ -114,4 +100,17 @@ class Hdf5Store(Store):
         return [(self.filename, self._data_offset + start, end - start)] if end > start else []
 
     def close(self) -> None:
-        self._map = None
+        """Drop this process's map (records read stay valid while referenced); reading maps it again."""
+        self._map.take()
+
+
+def _map_images(filename: str, offset: int, size: int) -> np.ndarray:
+    """The images dataset's bytes, mapped read-only and advised for random reads."""
+    if size == 0:
+        return np.zeros(0, dtype=np.uint8)
+    data = np.memmap(filename, dtype=np.uint8, mode="r", offset=offset, shape=(size,))
+    try:
+        data._mmap.madvise(mmap.MADV_RANDOM)
+    except (AttributeError, OSError):
+        pass
+    return data

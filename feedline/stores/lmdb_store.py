@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from functools import partial
 
 import lmdb
 import numpy as np
@@ -13,38 +14,122 @@ from ..format import LMDB_COLUMN_PREFIX, LMDB_IMAGE_PREFIX, LMDB_JOURNAL_PREFIX,
 from .advice import merged_ranges, will_need
 from .base import Store, column_names, load_columns, load_targets
 from .lmdb_layout import LayoutError, key_places, value_places
+from .process_local import ProcessLocal
 
 log = logging.getLogger(__name__)
 
-_lock = threading.Lock()        # guards _shared and every _SharedEnv; replaced in a forked child
-_pid = os.getpid()
-_shared: dict[tuple[int, int], "_SharedEnv"] = {}
-
-
-def _after_fork_in_child() -> None:
-    # The child has one thread: a lock another parent thread held at the fork would never be released.
-    global _lock, _pid
-    _lock = threading.Lock()
-    _pid = os.getpid()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
 
 class _SharedEnv:
-    """One read-only Environment per data file per process, shared by every LmdbStore
-    on that file: py-lmdb refuses a second open of a file in one process, and LMDB
-    forbids using a handle inherited over a fork, so the child opens its own."""
+    """One read-only Environment per data file per process, shared by every LmdbStore on
+    that file (py-lmdb refuses a second open of a file in one process)."""
 
-    def __init__(self, key: tuple[int, int]):
-        self.key = key
+    def __init__(self, key: tuple[int, int], env: lmdb.Environment, needed: int, inherited: bool):
+        self.key, self.env, self.needed, self.inherited = key, env, needed, inherited   # needed: bytes
         self.users = 0
-        self.env: lmdb.Environment | None = None
-        self.pid: int | None = None   # the process that opened env
         self.places = None   # (offsets, lengths) of every value once a hint asks; False: unknown
 
 
-def _open_environment(filename: str) -> lmdb.Environment:
+class _Files:
+    """This process's open environments, by (device, inode)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.shared: dict[tuple[int, int], _SharedEnv] = {}
+
+
+_files: ProcessLocal[_Files] = ProcessLocal(_Files)
+
+
+def _inherited_share(key: tuple[int, int]) -> _SharedEnv | None:
+    """The environment on file ``key`` that a process this one was forked from had open.
+
+    A forked child may neither close it (py-lmdb waits there for the reads that the parent's
+    threads were in at the fork, which never end here) nor open the file again while it is
+    open (py-lmdb refuses a second open of one file in a process, and the fork copied its
+    list). So the child begins its own transactions on it: opened read-only and without
+    LMDB's lock table, an environment is a read-only map of the file and a read transaction
+    a pointer to its newest meta page, nothing tied to the process that opened it."""
+    for files in _files.inherited():
+        share = files.shared.get(key)   # a copy frozen at the fork: read without its lock
+        if share is not None:
+            return share
+    return None
+
+
+class _Reader:
+    """One store's reading in one process: its share of the file's environment and one read
+    transaction per thread. The transactions are held here, not in the threads: a forked
+    child would otherwise free its parent's threads' ones (their threads are not copied)."""
+
+    def __init__(self, filename: str):
+        try:
+            st = os.stat(filename)
+        except OSError as exc:
+            raise StoreError(f"{filename}: cannot open ({exc.strerror})") from None
+        key = (st.st_dev, st.st_ino)
+        files = _files.get()
+        with files.lock:
+            share = files.shared.get(key)
+            if share is None:
+                share = _adopt(_inherited_share(key), filename) or _SharedEnv(key, *_open_environment(filename), False)
+                files.shared[key] = share
+            share.users += 1
+        self.files, self.share = files, share
+        self.lock = threading.Lock()
+        self.txns: dict[int, lmdb.Transaction] = {}   # thread ident -> its read transaction
+
+    def txn(self) -> lmdb.Transaction:
+        txn = self.txns.get(threading.get_ident())
+        if txn is None:
+            txn = self.share.env.begin(buffers=True)
+            with self.lock:
+                live = {t.ident for t in threading.enumerate()}
+                for ident in [i for i in self.txns if i not in live]:   # threads that ended
+                    _abort(self.txns.pop(ident))
+                self.txns[threading.get_ident()] = txn
+        return txn
+
+    def drop_txn(self) -> None:
+        """LMDB invalidates a transaction that met damage: this thread's next read begins a new one."""
+        with self.lock:
+            txn = self.txns.pop(threading.get_ident(), None)
+        if txn is not None:
+            _abort(txn)
+
+    def close(self) -> None:
+        """Abort the transactions; the last user of the environment closes it."""
+        with self.lock:
+            txns, self.txns = list(self.txns.values()), {}
+        for txn in txns:
+            _abort(txn)
+        files, share = self.files, self.share
+        with files.lock:
+            share.users -= 1
+            if share.users > 0:
+                return
+            if files.shared.get(share.key) is share:
+                del files.shared[share.key]
+            if not share.inherited:   # an inherited one stays open, and referenced, for good
+                share.env.close()   # under the lock: a store opening the file next opens it anew
+
+
+def _abort(txn: lmdb.Transaction) -> None:
+    try:
+        txn.abort()
+    except lmdb.Error:
+        pass
+
+
+def _adopt(inherited: _SharedEnv | None, filename: str) -> _SharedEnv | None:
+    """This process's share of an inherited environment, its file checked again for length."""
+    if inherited is None:
+        return None
+    _check_length(filename, inherited.needed)
+    return _SharedEnv(inherited.key, inherited.env, inherited.needed, True)
+
+
+def _open_environment(filename: str) -> tuple[lmdb.Environment, int]:
+    """The file's environment, and the bytes the file must hold."""
     try:
         env = lmdb.open(filename, subdir=False, readonly=True, lock=False,
                         readahead=False, meminit=False, max_readers=1024)
@@ -53,25 +138,31 @@ def _open_environment(filename: str) -> lmdb.Environment:
     # LMDB maps pages past the end of a truncated file without complaint, and the
     # first read of one kills the process with SIGBUS: check the length up front.
     needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    try:
+        _check_length(filename, needed)
+    except StoreError:
+        env.close()
+        raise
+    return env, needed
+
+
+def _check_length(filename: str, needed: int) -> None:
     actual = os.path.getsize(filename)
     if actual < needed:
-        env.close()
         raise StoreError(f"{filename}: the file is truncated ({actual} bytes, LMDB needs {needed}). "
                          "Pack it again.")
-    return env
 
 
 class LmdbStore(Store):
     """Reads are zero-copy: each thread keeps one read-only transaction open and
-    ``read`` returns a memoryview into the memory map, valid until ``close()`` (or,
-    in a forked child, until the child's first read reopens the file)."""
+    ``read`` returns a memoryview into the memory map, valid until ``close()``. A forked
+    child begins its own transactions at its first read and never closes what it inherited."""
 
     kind = "lmdb"
 
     def __init__(self, filename: str):
         self.filename = filename
-        self._local = threading.local()
-        self._env_share: _SharedEnv | None = None
+        self._reader: ProcessLocal[_Reader] = ProcessLocal(partial(_Reader, filename), _Reader.close)
         env = self._environment()
         try:
             with env.begin(buffers=True) as txn:
@@ -97,48 +188,14 @@ class LmdbStore(Store):
             " (an unfinished pack: rerun `feedline pack ... --resume`)"
 
     def _environment(self) -> lmdb.Environment:
-        share = self._env_share
-        if share is not None and share.pid == _pid:
-            return share.env
-        with _lock:
-            if self._env_share is None:
-                try:
-                    st = os.stat(self.filename)
-                except OSError as exc:
-                    raise StoreError(f"{self.filename}: cannot open ({exc.strerror})") from None
-                key = (st.st_dev, st.st_ino)
-                share = _shared.setdefault(key, _SharedEnv(key))
-                share.users += 1
-                self._env_share = share
-            share = self._env_share
-            if share.pid != _pid:
-                if share.env is not None:
-                    # Inherited over a fork: closing it only unmaps this process's copy.
-                    share.env.close()
-                    share.env = None
-                try:
-                    share.env = _open_environment(self.filename)
-                except StoreError:
-                    self._env_share = None
-                    self._release(share)
-                    raise
-                share.pid = _pid
-            return share.env
-
-    def _txn(self) -> lmdb.Transaction:
-        env = self._environment()
-        local = self._local
-        if getattr(local, "env", None) is not env:  # first read in this thread, or a new env after a fork
-            local.txn = env.begin(buffers=True)
-            local.env = env
-        return local.txn
+        return self._reader.get().share.env
 
     def read(self, index: int):
         i = self._check(index)
         try:
-            value = self._txn().get(image_key(i))
+            value = self._reader.get().txn().get(image_key(i))
         except lmdb.Error as exc:
-            self._drop_txn()  # LMDB invalidates a transaction that met damage: later reads need a new one
+            self._reader.get().drop_txn()
             raise StoreError(f"{self.filename}: record {i} ({self.path(i)}) cannot be read ({exc}); "
                              "the file is damaged. Pack it again.") from None
         if value is None:
@@ -146,19 +203,9 @@ class LmdbStore(Store):
                              "the file is damaged. Pack it again.")
         return value
 
-    def _drop_txn(self) -> None:
-        txn = getattr(self._local, "txn", None)
-        self._local.env = self._local.txn = None
-        if txn is not None:
-            try:
-                txn.abort()
-            except lmdb.Error:
-                pass
-
     def byte_ranges(self, first: int, stop: int) -> list[tuple[str, int, int]]:
         self._check_span(first, stop)
-        self._environment()
-        share = self._env_share
+        share = self._reader.get().share
         if share.places is None:  # two threads may both find them: either result serves
             share.places = _find_places(self)
         if share.places is False or first == stop:
@@ -168,7 +215,7 @@ class LmdbStore(Store):
 
     def byte_lengths(self) -> np.ndarray:
         # A lookup touches only B-tree pages: a value's length is in its leaf node.
-        txn = self._txn()
+        txn = self._reader.get().txn()
         try:
             return np.fromiter((len(txn.get(image_key(i), b"")) for i in range(len(self))),
                                dtype=np.int64, count=len(self))
@@ -176,31 +223,19 @@ class LmdbStore(Store):
             raise StoreError(f"{self.filename}: cannot read the record index ({exc}); the file is damaged") from None
 
     def layout_problems(self) -> list[str]:
+        reader = self._reader.get()
         try:
-            return _key_problems(self._txn(), len(self))
+            return _key_problems(reader.txn(), len(self))
         except lmdb.Error as exc:
-            self._drop_txn()
+            reader.drop_txn()
             return [f"cannot walk the keys ({exc}); the file is damaged"]
 
     def close(self) -> None:
-        with _lock:
-            share, self._env_share = self._env_share, None
-            self._local = threading.local()
-            if share is not None:
-                self._release(share)
-
-    @staticmethod
-    def _release(share: _SharedEnv) -> None:
-        """Drop one user of ``share``; the last one closes the environment. Hold _lock."""
-        share.users -= 1
-        if share.users > 0:
-            return
-        if _shared.get(share.key) is share:
-            del _shared[share.key]
-        if share.env is not None:
-            share.env.close()
-            share.env = None
-        share.pid = None
+        """Release this process's handles (reading again reopens them); a forked child's
+        inherited ones are not its to close."""
+        reader = self._reader.take()
+        if reader is not None:
+            reader.close()
 
 
 def _find_places(store: LmdbStore):

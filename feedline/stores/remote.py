@@ -16,7 +16,8 @@ import errno
 import logging
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from ..errors import BackendUnavailable, StoreError, UnavailableError
@@ -37,13 +38,20 @@ class CacheFullError(RemoteError):
     """The cache's disk has no room for a shard."""
 
 
+class NoAnswerError(RemoteError):
+    """Every try of a request failed or went unanswered: the server is down, hung or unreachable."""
+
+
+DEFAULT_CACHE_LIMIT = 50 << 30
+
+
 @dataclass(frozen=True)
 class RemoteOptions:
-    """How remote data sets are fetched and cached. ``cache_dir`` defaults to
-    $XDG_CACHE_HOME/feedline (~/.cache/feedline); ``cache_limit`` is in bytes."""
+    """How remote data sets are fetched and cached. ``cache_dir`` and ``cache_limit`` (bytes)
+    left at None are chosen where the data set is opened, by `from_environment`."""
 
     cache_dir: str | None = None
-    cache_limit: int = 50 << 30
+    cache_limit: int | None = None
     fetch_ahead: int = 2          # shards fetched ahead of the one being read
     tries: int = 4                # per request, before giving up
     backoff_s: float = 0.5        # doubled after each failed try
@@ -51,24 +59,38 @@ class RemoteOptions:
     endpoint: str | None = None   # overrides AWS_ENDPOINT_URL
 
     def __post_init__(self):
-        if self.cache_limit <= 0 or self.fetch_ahead < 0 or self.tries < 1 or self.timeout_s <= 0:
+        if (self.cache_limit is not None and self.cache_limit <= 0) or self.fetch_ahead < 0 or self.tries < 1 \
+                or self.timeout_s <= 0:
             raise ValueError(f"RemoteOptions: cache_limit > 0, fetch_ahead >= 0, tries >= 1 and timeout_s > 0, "
                              f"got {self.cache_limit}, {self.fetch_ahead}, {self.tries}, {self.timeout_s}")
 
-    @classmethod
-    def from_env(cls) -> "RemoteOptions":
-        """The defaults, with FEEDLINE_CACHE_DIR and FEEDLINE_CACHE_LIMIT (bytes, or 50GB, 512MiB)
-        where set: how `feedline train` and `feedline verify` users choose the cache."""
-        limit = os.environ.get("FEEDLINE_CACHE_LIMIT")
-        return cls(cache_dir=os.environ.get("FEEDLINE_CACHE_DIR") or None,
-                   cache_limit=parse_bytes(limit, "FEEDLINE_CACHE_LIMIT") if limit else cls.cache_limit)
+    @property
+    def fetch_budget_s(self) -> float:
+        """The longest one request can take, all its tries and the waits between them included."""
+        return self.tries * self.timeout_s + self.backoff_s * (2 ** (self.tries - 1) - 1)
 
     @property
     def cache_root(self) -> str:
-        if self.cache_dir is not None:
-            return os.path.abspath(self.cache_dir)
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        return os.path.join(base, "feedline")
+        if self.cache_dir is None:
+            raise ValueError("RemoteOptions.cache_dir is not chosen: pass the options through from_environment()")
+        return os.path.abspath(self.cache_dir)
+
+
+def from_environment(options: RemoteOptions | None = None, environ: Mapping[str, str] = os.environ) -> RemoteOptions:
+    """``options`` (the defaults when None) with the cache's place and limit, where left at None,
+    chosen as users choose them: FEEDLINE_CACHE_DIR (else $XDG_CACHE_HOME/feedline, else
+    ~/.cache/feedline) and FEEDLINE_CACHE_LIMIT (bytes, or 50GB, 512MiB; else 50GB). The one
+    place that reads them: `open_dataset` (so FeedLoader and the CLI) and `pack` to a bucket
+    call it, and pass the result down."""
+    options = options or RemoteOptions()
+    cache_dir, limit = options.cache_dir, options.cache_limit
+    if cache_dir is None:
+        cache_dir = environ.get("FEEDLINE_CACHE_DIR") or os.path.join(
+            environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "feedline")
+    if limit is None:
+        text = environ.get("FEEDLINE_CACHE_LIMIT")
+        limit = parse_bytes(text, "FEEDLINE_CACHE_LIMIT") if text else DEFAULT_CACHE_LIMIT
+    return replace(options, cache_dir=cache_dir, cache_limit=limit)
 
 
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -135,14 +157,16 @@ class Bucket:
             return None
 
     def download(self, key: str, dest: str) -> int:
-        """Object ``key`` into the file ``dest`` (created or replaced); its size in bytes."""
+        """Object ``key`` into the file ``dest`` (created, or written over and cut to the object's
+        size: a file made to reserve the room keeps its size while it fills); its size in bytes."""
         def fetch() -> int:
             result = self._obstore.get(self._store, key)
             written = 0
-            with open(dest, "wb") as fh:
+            with open(os.open(dest, os.O_WRONLY | os.O_CREAT, 0o644), "wb") as fh:
                 for chunk in result.stream(min_chunk_size=8 << 20):
                     fh.write(chunk)
                     written += len(chunk)
+                fh.truncate(written)
             return written
         return self._call("fetch", key, fetch)
 
@@ -188,7 +212,7 @@ class Bucket:
                             self.options.tries, _first_line(last), delay)
                 time.sleep(delay)
                 delay *= 2
-        raise RemoteError(f"{url}: {what} failed {self.options.tries} times ({_first_line(last)}); check that "
+        raise NoAnswerError(f"{url}: {what} failed {self.options.tries} times ({_first_line(last)}); check that "
                           "the server at AWS_ENDPOINT_URL (or the bucket's region) answers, then run again")
 
 

@@ -14,14 +14,14 @@ import logging
 import os
 import posixpath
 import threading
-import weakref
 
 import numpy as np
 
-from ..errors import ChecksumError, StoreError
+from ..errors import ChecksumError, StoreError, UnavailableError
 from ..format import parse_shard_index
 from .base import Store
 from .detect import open_file
+from .process_local import ProcessLocal
 from .remote import Bucket, MissingObjectError, RemoteOptions
 from .shard_cache import ShardCache, ShardDamaged
 from .shard_fetcher import ShardFetcher
@@ -29,28 +29,19 @@ from .shard_head import HEAD_SUFFIX, head_bytes, parse_head
 from .sharded_store import ShardedStore, check_alike, check_against_index
 
 log = logging.getLogger(__name__)
-_shards: "weakref.WeakSet[LazyShard]" = weakref.WeakSet()
 
 
-def _after_fork_in_child() -> None:
-    # A lock a thread of the parent held at the fork would stay held here: each shard a new one.
-    for shard in list(_shards):
-        shard._lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def open_remote(url: str, options: RemoteOptions | None = None) -> "RemoteShardedStore":
-    """The sharded data set whose index is the object ``url`` (s3://bucket/train.shards.json)."""
-    options = options or RemoteOptions.from_env()
+def open_remote(url: str, options: RemoteOptions) -> "RemoteShardedStore":
+    """The sharded data set whose index is the object ``url`` (s3://bucket/train.shards.json);
+    ``options`` with the cache chosen (`from_environment`)."""
     bucket, key = Bucket.of(url, options)
     if not key.endswith(".json"):
         raise StoreError(f"{url}: a remote data set is opened by its shard index (OUT.shards.json), "
                          "as `feedline pack SRC URL --num-shards N` uploads it")
     index = parse_shard_index(bucket.read(key), url)
     tag = hashlib.sha256(f"{url}\n{index.get('pack_id')}".encode()).hexdigest()[:16]
-    cache = ShardCache(os.path.join(options.cache_root, f"{bucket.name}-{tag}"), options.cache_limit)
+    cache = ShardCache(os.path.join(options.cache_root, f"{bucket.name}-{tag}"), options.cache_limit,
+                       wait_s=2 * options.fetch_budget_s)
     fetcher = ShardFetcher(bucket, posixpath.dirname(key), cache, options)
     try:
         shards = [_lazy_shard(fetcher, entry, index) for entry in index["shards"]]
@@ -62,56 +53,101 @@ def open_remote(url: str, options: RemoteOptions | None = None) -> "RemoteSharde
     return RemoteShardedStore(shards, url, index, fetcher)
 
 
+class _Opened:
+    """A shard's cached file as one process reads it: opened at the first read, closed by
+    ``release`` once no read is in flight; copies found damaged are retired, closed with it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.local: Store | None = None
+        self.reading = 0
+        self.retired: list[Store] = []
+
+    def close(self) -> None:
+        with self.lock:
+            stores = [*self.retired, *([self.local] if self.local is not None else [])]
+            self.local, self.retired = None, []
+        for store in stores:
+            store.close()
+
+
 class LazyShard(Store):
     """One remote shard: its columns from its head; its records from the cached file,
-    fetched on the first read. Thread-safe; ``release`` closes the file once no read is in flight."""
+    fetched on the first read. Thread-safe; ``release`` closes the file once no read is in
+    flight. A cached copy that fails to open or read (damage anywhere in it: a checksum
+    mismatch is found by ``read_checked``) is fetched again once."""
 
     def __init__(self, name: str, url: str, kind: str, size: int | None, head: tuple, fetcher: ShardFetcher):
         self.name, self.filename, self.kind, self.size_bytes = name, url, kind, size
         self.meta, self.columns, self._targets, self._lengths = head
         self.classes = list(self.meta["classes"])
         self._fetcher = fetcher
-        self._lock = threading.Lock()
-        _shards.add(self)
-        self._local: Store | None = None
-        self._reading = 0
-        self._retired: list[Store] = []
+        self._opened: ProcessLocal[_Opened] = ProcessLocal(_Opened, _Opened.close)
 
     def read(self, index: int):
-        with self._lock:
-            if self._local is None:
-                self._local = self._fetcher.open_local(self)
-            local = self._local
-            self._reading += 1
+        try:
+            return self._read(index)
+        except UnavailableError:
+            raise
+        except StoreError as exc:
+            log.warning("%s; the cached copy of %s is damaged: fetching it again", exc, self.filename)
+        self.refetch()
+        try:
+            return self._read(index)
+        except UnavailableError:
+            raise
+        except StoreError as exc:
+            raise StoreError(f"{exc}; again after fetching {self.filename} a second time (the fetched copy "
+                             "checked out): the cache's disk may be failing") from None
+
+    def _read(self, index: int):
+        opened = self._opened.get()
+        with opened.lock:
+            local = opened.local
+            opened.reading += local is not None
+        if local is None:   # opened (fetched) outside the lock: the cache makes one fetch of many wait
+            local = self._fetcher.open_local(self)
+            with opened.lock:
+                if opened.local is None:
+                    opened.local = local
+                else:   # another thread opened it meanwhile: one serves
+                    local.close()
+                    local = opened.local
+                opened.reading += 1
         try:
             return bytes(local.read(index))   # a copy: the file may be closed once this returns
         finally:
-            with self._lock:
-                self._reading -= 1
+            with opened.lock:
+                opened.reading -= 1
 
     def byte_lengths(self) -> np.ndarray:
         return self._lengths   # from the head: nothing fetched
 
     def release(self) -> None:
         """Close the cached file if no read is in flight (reads after this open it again)."""
-        with self._lock:
-            if self._local is not None and self._reading == 0:
-                self._local.close()
-                self._local = None
+        opened = self._opened.peek()
+        if opened is None:
+            return
+        with opened.lock:
+            local = opened.local if opened.reading == 0 else None
+            if local is not None:
+                opened.local = None
+        if local is not None:
+            local.close()
 
     def refetch(self) -> None:
         """Drop the cached copy (found damaged) so that the next read fetches the shard again."""
-        with self._lock:
-            if self._local is not None:
-                self._retired.append(self._local)   # a read may still be inside it: closed with the shard
-                self._local = None
-            self._fetcher.cache.discard(self.name)
+        opened = self._opened.get()
+        with opened.lock:
+            if opened.local is not None:
+                opened.retired.append(opened.local)   # a read may still be inside it: closed with the shard
+                opened.local = None
+        self._fetcher.cache.discard(self.name)
 
     def close(self) -> None:
-        with self._lock:
-            for store in [*self._retired, *([self._local] if self._local is not None else [])]:
-                store.close()
-            self._local, self._retired = None, []
+        opened = self._opened.take()
+        if opened is not None:
+            opened.close()
 
 
 class RemoteShardedStore(ShardedStore):
@@ -151,6 +187,10 @@ class RemoteShardedStore(ShardedStore):
                                     "(`feedline pack SRC URL --resume`)", again.filename, again.index,
                                     again.path) from None
 
+    def before_fork(self) -> None:
+        """Start the service through which the forked children's reads are fetched here."""
+        self._fetcher.serve_children()
+
     def close(self) -> None:
         self._fetcher.close()
         super().close()
@@ -169,9 +209,13 @@ def _head(fetcher: ShardFetcher, name: str, url: str) -> tuple:
     made from the shard itself, fetched whole once."""
     cache, bucket = fetcher.cache, fetcher.bucket
     cached = cache.path(name + HEAD_SUFFIX)
-    if os.path.exists(cached):
+    try:
         with open(cached, "rb") as fh:
             return parse_head(fh.read(), cached)
+    except FileNotFoundError:
+        pass
+    except StoreError as exc:
+        log.warning("%s; fetching it again", exc)
     try:
         raw = bucket.read(fetcher.key(name + HEAD_SUFFIX))
     except MissingObjectError:

@@ -29,7 +29,7 @@ from .detect import open_file
 
 log = logging.getLogger(__name__)
 
-_SIDE_FILES = (".errors.csv", ".partial", ".partial.images", ".partial.journal", ".json")
+_SIDE_FILES = (".errors.csv", ".partial", ".partial.images", ".partial.journal", ".partial.lock", ".json")
 
 
 class ShardedStore(Store):
@@ -151,6 +151,10 @@ class ShardedStore(Store):
 
     def files(self) -> list[str]:
         return list(self.shard_files)
+
+    def before_fork(self) -> None:
+        for store in self._stores:
+            store.before_fork()
 
     def close(self) -> None:
         for store in self._stores:
