@@ -26,7 +26,8 @@ import h5py
 import numpy as np
 
 from feedline.errors import PackError
-from feedline.format import COLUMN_NAMES, HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS, Columns, meta_to_bytes
+from feedline.format import (COLUMN_NAMES, HDF5_IMAGES, HDF5_MASK_OFFSETS, HDF5_MASKS, HDF5_META_ATTR, HDF5_OFFSETS,
+                             Columns, meta_to_bytes)
 from feedline.targets import TARGET_DTYPES
 
 from .disk_space import write_failed
@@ -41,12 +42,12 @@ _STAGE_BYTES = 1 << 20  # added records are written once they hold this much
 _COPY_FALLBACK_ERRNOS = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF)
 
 
-def _create_images(fh: h5py.File, size: int) -> h5py.Dataset:
+def _create_images(fh: h5py.File, size: int, name: str = HDF5_IMAGES) -> h5py.Dataset:
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     dcpl.set_layout(h5py.h5d.CONTIGUOUS)
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)   # space reserved now, so it has an offset
     dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)     # and no zeros written there
-    return fh.create_dataset(HDF5_IMAGES, shape=(size,), dtype=np.uint8, dcpl=dcpl)
+    return fh.create_dataset(name, shape=(size,), dtype=np.uint8, dcpl=dcpl)
 
 
 def images_offset() -> int:
@@ -61,16 +62,19 @@ class Hdf5Writer(Writer):
         super().__init__(out)
         self.staging_path = self.partial_path + ".images"
         self.journal_path = self.partial_path + ".journal"
+        self.masks_path = self.partial_path + ".masks"   # the records' masks, staged the same way
         self._staging: int | None = None
         self._journal: int | None = None
-        self._base = 0  # offset of the first staged byte
+        self._masks: int | None = None
+        self.base = 0  # offset of the first staged byte
         self._added: list[bytes] = []   # records added and not yet written
+        self._added_masks: list[bytes] = []
         self._added_bytes = 0
         self._flushed = self._written = 0  # writeback started up to / staged bytes end at the last commit
 
     @property
     def side_paths(self) -> list[str]:
-        return [self.staging_path, self.journal_path]
+        return [self.staging_path, self.journal_path, self.masks_path]
 
     def start(self, resume: bool) -> list[JournalEntry]:
         remove_quietly(self.partial_path)  # the container is always rebuilt from the staging files
@@ -78,14 +82,16 @@ class Hdf5Writer(Writer):
         if resume and os.path.exists(self.journal_path) and os.path.exists(self.staging_path):
             entries = self._recover()
         else:
-            self._base = images_offset()
+            self.base = images_offset()
             with open(self.staging_path, "wb") as fh:
-                fh.truncate(self._base)
+                fh.truncate(self.base)
             with open(self.journal_path, "wb") as fh:
-                fh.write(json.dumps({"staged_at": self._base}).encode() + b"\n")
+                fh.write(json.dumps({"staged_at": self.base}).encode() + b"\n")
+            open(self.masks_path, "wb").close()
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         self._staging = os.open(self.staging_path, flags, 0o644)
         self._journal = os.open(self.journal_path, flags, 0o644)
+        self._masks = os.open(self.masks_path, flags, 0o644)
         return entries
 
     def _recover(self) -> list[JournalEntry]:
@@ -96,19 +102,21 @@ class Hdf5Writer(Writer):
         complete = raw[:raw.rfind(b"\n") + 1]  # a line without its newline was cut short
         lines = complete.splitlines()
         try:
-            self._base = int(json.loads(lines[0])["staged_at"])
+            self.base = int(json.loads(lines[0])["staged_at"])
         except (IndexError, ValueError, KeyError, TypeError):
             raise PackError(f"{self.journal_path}: not a feedline staging journal; "
                             "start over without --resume") from None
         entries = [JournalEntry.from_bytes(line, self.journal_path) for line in lines[1:]]
         nbytes = sum(sum(e.lengths) for e in entries)
-        staged = os.path.getsize(self.staging_path) - self._base
+        staged = os.path.getsize(self.staging_path) - self.base
         if staged < nbytes:
             raise PackError(f"{self.staging_path}: {staged} staged bytes but the journal needs {nbytes}; "
                             "start over without --resume")
+        mask_bytes = _staged_masks(self.masks_path, entries)
         os.truncate(self.journal_path, len(complete))
         # Also undoes a container head and tail written around the bytes by an interrupted finish.
-        os.truncate(self.staging_path, self._base + nbytes)
+        os.truncate(self.staging_path, self.base + nbytes)
+        os.truncate(self.masks_path, mask_bytes)
         return entries
 
     def add(self, index: int, data: bytes) -> None:
@@ -117,12 +125,17 @@ class Hdf5Writer(Writer):
         if self._added_bytes >= _STAGE_BYTES:
             self._stage()
 
+    def add_mask(self, index: int, data: bytes) -> None:
+        self._added_masks.append(data)
+        self._added_bytes += len(data)
+
     def _stage(self) -> None:
-        added, self._added, self._added_bytes = self._added, [], 0
-        try:
-            _write_all(self._staging, added)
-        except OSError as exc:
-            raise write_failed(self.staging_path, exc) from None
+        added, masks, self._added, self._added_masks, self._added_bytes = self._added, self._added_masks, [], [], 0
+        for fd, path, buffers in ((self._staging, self.staging_path, added), (self._masks, self.masks_path, masks)):
+            try:
+                _write_all(fd, buffers)
+            except OSError as exc:
+                raise write_failed(path, exc) from None
 
     def commit(self, entry: JournalEntry) -> None:
         self._stage()
@@ -138,34 +151,41 @@ class Hdf5Writer(Writer):
             self._flushed = self._written
         self._written = written
 
-    def finish(self, columns: dict[str, bytes], meta: dict, lengths: list[int]) -> None:
+    def finish(self, columns: dict[str, bytes], meta: dict, lengths: list[int], mask_lengths: list[int] = ()) -> None:
         self.close()
-        total = int(sum(lengths))
-        staged = os.path.getsize(self.staging_path) - self._base
-        if staged != total:
-            raise PackError(f"{self.staging_path}: {staged} staged bytes, expected {total}; "
-                            "start over without --resume")
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        total, mask_total = int(sum(lengths)), int(sum(mask_lengths))
+        staged = os.path.getsize(self.staging_path) - self.base
+        staged_masks = os.path.getsize(self.masks_path) if os.path.exists(self.masks_path) else 0
+        if staged != total or staged_masks != mask_total:
+            raise PackError(f"{self.staging_path}: {staged} staged bytes and {staged_masks} of masks, expected "
+                            f"{total} and {mask_total}; start over without --resume")
         try:
             fields = {k: np.frombuffer(v, dtype=TARGET_DTYPES[k]) for k, v in columns.items()
                       if k in TARGET_DTYPES and k not in COLUMN_NAMES}   # the columns of fields beyond label
-            data_offset = self._create_container(Columns.from_buffers(columns, len(lengths), self.partial_path),
-                                                 meta, offsets, fields)
-            if data_offset == self._base:
-                self._wrap_staged_bytes(total)
+            data_offset, masks_at = self._create_container(
+                Columns.from_buffers(columns, len(lengths), self.partial_path), meta, _offsets(lengths), fields,
+                _offsets(mask_lengths) if mask_lengths else None)
+            if data_offset == self.base:
+                _wrap_staged_bytes(self, total, masks_at, mask_total)
             else:
-                log.debug("HDF5 put the images at %d, not %d: copying them", data_offset, self._base)
-                _copy_range(self.staging_path, self._base, self.partial_path, data_offset, total)
+                log.debug("HDF5 put the images at %d, not %d: copying them", data_offset, self.base)
+                _copy_range(self.staging_path, self.base, self.partial_path, data_offset, total)
+                if mask_total:
+                    _copy_range(self.masks_path, 0, self.partial_path, masks_at, mask_total)
         except OSError as exc:
             remove_quietly(self.partial_path)
             raise write_failed(self.partial_path, exc) from None
 
-    def _create_container(self, columns: Columns, meta: dict, offsets: np.ndarray, fields: dict) -> int:
-        """The HDF5 file with everything but the image bytes; returns where they go."""
+    def _create_container(self, columns: Columns, meta: dict, offsets: np.ndarray, fields: dict,
+                          mask_offsets: np.ndarray | None) -> tuple[int, int]:
+        """The HDF5 file with everything but the image (and mask) bytes; returns where they go."""
+        masks_at = 0
         with h5py.File(self.partial_path, "w") as fh:
             data_offset = _create_images(fh, int(offsets[-1])).id.get_offset()
             fh.create_dataset(HDF5_OFFSETS, data=offsets)
+            if mask_offsets is not None:
+                masks_at = _create_images(fh, int(mask_offsets[-1]), HDF5_MASKS).id.get_offset() or 0
+                fh.create_dataset(HDF5_MASK_OFFSETS, data=mask_offsets)
             for name in columns.names:
                 fh.create_dataset(name, data=columns.array(name))
             for name, array in fields.items():
@@ -173,34 +193,61 @@ class Hdf5Writer(Writer):
             fh.attrs[HDF5_META_ATTR] = meta_to_bytes(meta).decode("utf-8")
         if data_offset is None:
             raise PackError(f"{self.partial_path}: HDF5 did not allocate the images dataset")
-        return int(data_offset)
-
-    def _wrap_staged_bytes(self, total: int) -> None:
-        """Write the container's head and tail around the staged bytes; the staging file
-        becomes the container. Everything in HDF5 is addressed by file offset, so the
-        result is byte for byte the container with its hole filled."""
-        end = self._base + total
-        with open(self.partial_path, "rb") as fh:
-            head = fh.read(self._base)
-            fh.seek(end)
-            tail = fh.read()
-        fd = os.open(self.staging_path, os.O_WRONLY)
-        try:
-            os.pwrite(fd, head, 0)
-            os.pwrite(fd, tail, end)
-            os.ftruncate(fd, end + len(tail))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(self.staging_path, self.partial_path)
+        return int(data_offset), int(masks_at)
 
     def close(self) -> None:
-        self._added, self._added_bytes = [], 0  # not committed: not kept
-        for name in ("_staging", "_journal"):
+        self._added, self._added_masks, self._added_bytes = [], [], 0  # not committed: not kept
+        for name in ("_staging", "_journal", "_masks"):
             fd = getattr(self, name)
             if fd is not None:
                 os.close(fd)
                 setattr(self, name, None)
+
+
+def _wrap_staged_bytes(writer: Hdf5Writer, total: int, masks_at: int = 0, mask_total: int = 0) -> None:
+    """Write the container's head and tail around the staged bytes; the staging file
+    becomes the container. Everything in HDF5 is addressed by file offset, so the
+    result is byte for byte the container with its holes filled: the images' (the staged
+    bytes themselves) and the masks' (copied in by the kernel)."""
+    base, end = writer.base, writer.base + total
+    with open(writer.partial_path, "rb") as fh:
+        head = fh.read(base)
+        length = os.fstat(fh.fileno()).st_size
+        if mask_total and masks_at < end:
+            raise PackError(f"{writer.partial_path}: HDF5 put the masks before the images' end; start over")
+        pieces = []
+        for start, stop in [(end, masks_at), (masks_at + mask_total, length)] if mask_total else [(end, length)]:
+            fh.seek(start)
+            pieces.append((start, fh.read(stop - start)))
+    fd = os.open(writer.staging_path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, head, 0)
+        for start, piece in pieces:
+            os.pwrite(fd, piece, start)
+        os.ftruncate(fd, length)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if mask_total:
+        _copy_range(writer.masks_path, 0, writer.staging_path, masks_at, mask_total)
+    os.replace(writer.staging_path, writer.partial_path)
+
+
+def _staged_masks(path: str, entries: list[JournalEntry]) -> int:
+    """The staged mask bytes the journal's entries hold (a missing file: none staged yet)."""
+    needed = sum(sum(e.mask_lengths) for e in entries)
+    if not os.path.exists(path):
+        open(path, "wb").close()
+    if os.path.getsize(path) < needed:
+        raise PackError(f"{path}: {os.path.getsize(path)} staged mask bytes but the journal needs {needed}; "
+                        "start over without --resume")
+    return needed
+
+
+def _offsets(lengths) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
 
 
 def _write_all(fd: int, buffers: list[bytes]) -> None:

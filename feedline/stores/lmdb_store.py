@@ -9,7 +9,8 @@ import lmdb
 import numpy as np
 
 from ..errors import StoreError
-from ..format import LMDB_COLUMN_PREFIX, LMDB_IMAGE_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY, image_key, parse_meta
+from ..format import (LMDB_COLUMN_PREFIX, LMDB_IMAGE_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY, MASK_SUFFIX,
+                      image_key, parse_meta)
 from .advice import merged_ranges, will_need
 from .base import Store, column_names, load_columns, load_targets
 from .lmdb_layout import LayoutError, key_places, value_places
@@ -135,14 +136,23 @@ class LmdbStore(Store):
 
     def read(self, index: int):
         i = self._check(index)
+        return self._value(image_key(i), i, "")
+
+    def read_mask(self, index: int):
+        if "mask" not in self.fields:
+            return super().read_mask(index)
+        i = self._check(index)
+        return self._value(image_key(i) + MASK_SUFFIX, i, ": its mask")
+
+    def _value(self, key: bytes, i: int, what: str):
         try:
-            value = self._txn().get(image_key(i))
+            value = self._txn().get(key)
         except lmdb.Error as exc:
             self._drop_txn()  # LMDB invalidates a transaction that met damage: later reads need a new one
-            raise StoreError(f"{self.filename}: record {i} ({self.path(i)}) cannot be read ({exc}); "
+            raise StoreError(f"{self.filename}: record {i} ({self.path(i)}){what} cannot be read ({exc}); "
                              "the file is damaged. Pack it again.") from None
         if value is None:
-            raise StoreError(f"{self.filename}: record {i} ({self.path(i)}) is missing; "
+            raise StoreError(f"{self.filename}: record {i} ({self.path(i)}){what} is missing; "
                              "the file is damaged. Pack it again.")
         return value
 
@@ -239,7 +249,7 @@ def _read_columns(txn: lmdb.Transaction, names, filename: str, psize: int) -> di
 
 
 def _key_problems(txn: lmdb.Transaction, n: int) -> list[str]:
-    """Image keys beyond the ``n`` records, and journal keys of an unfinished pack."""
+    """Image (and mask) keys beyond the ``n`` records, and journal keys of an unfinished pack."""
     stored = extra = journal = 0
     cursor = txn.cursor()
     if cursor.set_range(LMDB_IMAGE_PREFIX):
@@ -248,8 +258,8 @@ def _key_problems(txn: lmdb.Transaction, n: int) -> list[str]:
             if not key.startswith(LMDB_IMAGE_PREFIX):
                 break
             stored += 1
-            suffix = key[len(LMDB_IMAGE_PREFIX):]
-            if not (suffix.isdigit() and int(suffix) < n and image_key(int(suffix)) == key):
+            suffix = key[len(LMDB_IMAGE_PREFIX):].removesuffix(MASK_SUFFIX)   # a mask's key: its image's + suffix
+            if not (suffix.isdigit() and int(suffix) < n and image_key(int(suffix)) == key.removesuffix(MASK_SUFFIX)):
                 extra += 1
     if cursor.set_range(LMDB_JOURNAL_PREFIX):
         for key in cursor.iternext(keys=True, values=False):

@@ -78,13 +78,19 @@ class LazyShard(Store):
         self._retired: list[Store] = []
 
     def read(self, index: int):
+        return self._from_local(index, "read")
+
+    def read_mask(self, index: int):
+        return self._from_local(index, "read_mask")
+
+    def _from_local(self, index: int, method: str):
         with self._lock:
             if self._local is None:
                 self._local = self._fetcher.open_local(self)
             local = self._local
             self._reading += 1
         try:
-            return bytes(local.read(index))   # a copy: the file may be closed once this returns
+            return bytes(getattr(local, method)(index))   # a copy: the file may be closed once this returns
         finally:
             with self._lock:
                 self._reading -= 1

@@ -191,23 +191,38 @@ class Mixup:
         """timm's partners (``flip(0)``): sample n - 1 - i for sample i; an odd middle is its own."""
         return torch.arange(n - 1, -1, -1, device=device)
 
+    def mix_images(self, images: torch.Tensor, params: dict) -> torch.Tensor:
+        """The images mixed (same dtype); float images in place, as timm does (the loader's
+        batch: no second batch in memory)."""
+        partners = self._partners(len(images), images.device)
+        mixed = mix_with_partners(images.float(), partners, params["lam"], params["cutmix"], params["boxes"],
+                                  self.mode == "batch", self._scratch)
+        if not images.is_floating_point():
+            mixed = mixed.round_().clamp_(0, 255)
+        return mixed.to(images.dtype)
+
+    def paste_masks(self, masks: torch.Tensor, params: dict) -> torch.Tensor:
+        """Masks (N x H x W) as CutMix means them: a cut sample's mask takes its partner's classes
+        in the box, where its pixels took the partner's pixels; the others keep theirs."""
+        n, height, width = masks.shape
+        partners = self._partners(n, masks.device)
+        inside = box_mask(torch.empty((n, 1, height, width), device=masks.device), params["boxes"],
+                          np.asarray(params["cutmix"], bool))[:, 0] > 0
+        return torch.where(inside, masks[partners], masks)
+
     def apply(self, images: torch.Tensor, targets: torch.Tensor, params: dict, multi_hot: bool = False):
-        """Mixed images (same dtype) and mixed probability targets (N, C) float32. Float images
-        are mixed in place, as timm does (the loader's batch: no second batch in memory).
+        """Mixed images (same dtype, `mix_images`) and mixed probability targets (N, C) float32.
         ``multi_hot``: float (N, C) targets are multi-hot labels, smoothed toward 0.5."""
         owner = f"{type(self).__name__}(batch_transforms)"
         soft = soft_targets(targets.to(images.device), self.num_classes, self.label_smoothing, owner,
                             self.multi_label or multi_hot)
         one_draw = self.mode == "batch"
         partners = self._partners(len(images), images.device)
-        mixed = mix_with_partners(images.float(), partners, params["lam"], params["cutmix"], params["boxes"],
-                                  one_draw, self._scratch)
-        if not images.is_floating_point():
-            mixed = mixed.round_().clamp_(0, 255)
+        mixed = self.mix_images(images, params)
         w, w1 = blend_weights(params["lam"], one_draw, images.device)
         if not one_draw:
             w, w1 = w.view(-1, 1), w1.view(-1, 1)
-        return mixed.to(images.dtype), soft * w + soft[partners] * w1
+        return mixed, soft * w + soft[partners] * w1
 
     def __call__(self, images, targets, *, seed: int, epoch: int, indices, multi_hot: bool = False):
         return self.apply(images, targets, self.draw(seed, epoch, indices, *images.shape[-2:]), multi_hot)

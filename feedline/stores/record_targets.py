@@ -1,0 +1,44 @@
+"""What a store answers about a record's targets beyond its columns: its fields' values, and
+its segmentation mask (each kind of store says where a mask's bytes lie: ``read_mask``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import StoreError
+from ..format import checksum
+from ..mask_codec import decode, read_png
+
+
+class RecordTargets:
+    """A Store's part for a record's targets (a mixin of `base.Store`, which gives ``_check``,
+    ``target_columns``, ``columns``, ``fields``, ``path``, ``filename`` and ``mismatch_error``)."""
+
+    def targets(self, index: int) -> dict:
+        """Record ``index``'s targets as plain values, one entry per field (see `TargetColumns.record`);
+        a mask as its class indices (`mask`)."""
+        i = self._check(index)
+        values = self.target_columns.record(i)
+        return values | {"mask": self.mask(i)} if "mask" in values else values
+
+    def read_mask(self, index: int):
+        """The stored mask of record ``index`` (bytes-like, `feedline.mask_codec`; a folder's: its
+        PNG file). StoreError for a store without masks."""
+        raise StoreError(f"{self.filename}: no masks: its labels had no mask column")
+
+    def read_mask_checked(self, index: int):
+        """``read_mask(index)``, checked against the mask's checksum stored at pack time."""
+        i = self._check(index)
+        data = self.read_mask(i)
+        sums = self.target_columns.arrays.get("mask_checksums") if self.columns.checksums is not None else None
+        if sums is not None:
+            actual = checksum(data)
+            if actual != int(sums[i]):
+                raise self.mismatch_error(i, int(sums[i]), actual, what="its mask's bytes")
+        return data
+
+    def mask(self, index: int) -> np.ndarray:
+        """Record ``index``'s mask as class indices: H x W, uint8 or uint16 (checksum checked)."""
+        data = self.read_mask_checked(index)
+        if self.fields["mask"]["codec"] == "png":
+            return read_png(data, f"{self.filename}: record {index} ({self.path(index)})'s mask")
+        return decode(data)
