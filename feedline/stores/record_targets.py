@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import StoreError
+from ..errors import FeedlineError, StoreError
 from ..format import checksum
-from ..mask_codec import decode, read_png
+from ..mask_codec import decode, read_png, values_of
 
 
 class RecordTargets:
@@ -38,7 +38,28 @@ class RecordTargets:
 
     def mask(self, index: int) -> np.ndarray:
         """Record ``index``'s mask as class indices: H x W, uint8 or uint16 (checksum checked)."""
-        data = self.read_mask_checked(index)
+        return self._decoded_mask(self.read_mask_checked(index), index)
+
+    def _decoded_mask(self, data, index: int) -> np.ndarray:
         if self.fields["mask"]["codec"] == "png":
             return read_png(data, f"{self.filename}: record {index} ({self.path(index)})'s mask")
         return decode(data)
+
+    def mask_problem(self, index: int, pixels: bool) -> str | None:
+        """What is wrong with record ``index``'s mask (None: nothing): its bytes against their
+        checksum and, with ``pixels``, whether it decodes to its image's size with only the
+        classes the metadata lists."""
+        try:
+            mask = self._decoded_mask(self.read_mask_checked(index), index) if pixels else self.read_mask_checked(index)
+        except FeedlineError as exc:
+            return f"mask: {getattr(exc, 'detail', None) or exc}"
+        if not pixels:
+            return None
+        expected = self.size(index)
+        if mask.shape != expected and min(expected) > 0:
+            return f"mask: decodes to {mask.shape[0]}x{mask.shape[1]} (HxW), its image is {expected[0]}x{expected[1]}"
+        listed = self.fields["mask"].get("values")
+        unlisted = np.setdiff1d(values_of(mask), listed) if listed is not None else []
+        if len(unlisted):
+            return f"mask: holds class(es) {unlisted[:5].tolist()} that the metadata's values do not list"
+        return None

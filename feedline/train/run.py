@@ -26,7 +26,7 @@ from .schedule import warmup_steps_for
 from .setup import WARMUP_MICRO, build_runner, configure_torch, peak_lr, place_model, resolve_amp
 from .step import StepRunner
 from .synthetic import measure_synthetic, run_synthetic_only
-from .task import task_of
+from .task import SEGMENTATION, task_of
 
 
 class Trainer:
@@ -65,6 +65,11 @@ class Trainer:
                         loader.close()
                 self.reporter.close()
 
+    def _synthetic_targets(self) -> tuple:
+        """(criterion, per_pixel) of the synthetic measurement: a segmentation run's own, else
+        classification's (its random labels stand in for any per-image target)."""
+        return (self.task.criterion(self.cfg), True) if self.task.kind == SEGMENTATION else (None, False)
+
     def _where(self) -> str:
         return f"epoch {self.progress.epoch + 1}, step {self.progress.step}"
 
@@ -92,7 +97,7 @@ class Trainer:
         total_steps = steps_per_epoch * cfg.epochs
         warmup = warmup_said(cfg, steps_per_epoch, self.reporter)
         self.checkpoints = Checkpoints(cfg, info, self.reporter, self.data.num_classes, steps_per_epoch)
-        raw = place_model(cfg, info, self.data.num_classes)
+        raw = place_model(cfg, info, self.data.num_classes, segment=self.task.kind == SEGMENTATION)
         state, self.resume_state = self.resume_state, None  # the host copy of the weights goes after this
         if state is not None:
             self.checkpoints.restore_model(state, raw)
@@ -108,7 +113,8 @@ class Trainer:
         result.steps, result.epochs_done = self.progress.step, self.progress.epoch
         if cfg.synthetic_steps and not result.stopped_early:
             result.synthetic_images_per_s = measure_synthetic(raw, cfg, info, self.amp, self.lr,
-                                                              self.data.num_classes, self.input_dtype)
+                                                              self.data.num_classes, self.input_dtype,
+                                                              *self._synthetic_targets())
         finish(result, raw, info, self.reporter)
         return result
 
