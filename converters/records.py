@@ -104,13 +104,14 @@ def orientations(oriented, first: int, count: int) -> list[int] | None:
 
 
 def refuse_unframed(scan: ScanResult, path: str, orientation: int, frame: LabelsFrame | None) -> None:
-    """TargetRefused when ``path``, whose pixels pack turns by its EXIF ``orientation``, has boxes
-    or keypoints and no --labels-frame says which pixels they are in."""
+    """TargetRefused when ``path``, whose pixels pack turns by its EXIF ``orientation``, has boxes,
+    keypoints or a mask and no --labels-frame says which pixels they are in."""
     if frame is not None or orientation == 1 or scan.targets is None or not scan.targets.fields:
         return
     if scan.targets.take([scan.places[path]]).annotated()[0]:
+        what = " and ".join(name for name, f in scan.targets.kinds.items() if f.in_pixels)
         raise TargetRefused(f"{scan.labels_file}: {scan.rows.get(path, 'the row')} ({path}): the image has EXIF "
-                            f"orientation {orientation}, which pack applies to its pixels, and its boxes or keypoints "
+                            f"orientation {orientation}, which pack applies to its pixels, and its {what} "
                             "would no longer lie on what they mark: pass --labels-frame stored (they are on the "
                             "file's pixels as stored, as COCO's are: turned with the image) or --labels-frame "
                             "displayed (they are on the image as shown, turned already); nothing written")

@@ -87,8 +87,10 @@ def decode(data, first: int = 0, stop: int | None = None) -> np.ndarray:
             part = inflate.decompress(view[begin:start + int(ends[b])], want)
         except zlib.error as exc:
             raise MaskError(f"band {b} of a stored mask does not inflate ({exc}): it is damaged") from None
-        if len(part) != want or not inflate.eof or inflate.unconsumed_tail:
+        if len(part) != want:
             raise MaskError(f"band {b} of a stored mask inflates to {len(part)} bytes, not {want}: it is damaged")
+        if not inflate.eof or inflate.unconsumed_tail:
+            raise MaskError(f"band {b} of a stored mask inflates past its {want} bytes: it is damaged")
         parts.append(part)
     rows = np.frombuffer(b"".join(parts), dtype=dtype).reshape(-1, w)
     return rows[first - lo * band_rows:stop - lo * band_rows]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import FeedlineError, StoreError
+from ..errors import ChecksumError, FeedlineError, StoreError
 from ..format import checksum
 from ..mask_codec import decode, read_png, values_of
 
@@ -51,8 +51,10 @@ class RecordTargets:
         classes the metadata lists."""
         try:
             mask = self._decoded_mask(self.read_mask_checked(index), index) if pixels else self.read_mask_checked(index)
+        except ChecksumError as exc:
+            return f"mask checksum mismatch: {exc.detail}"
         except FeedlineError as exc:
-            return f"mask: {getattr(exc, 'detail', None) or exc}"
+            return f"mask: {exc}"
         if not pixels:
             return None
         expected = self.size(index)

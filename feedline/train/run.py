@@ -65,11 +65,6 @@ class Trainer:
                         loader.close()
                 self.reporter.close()
 
-    def _synthetic_targets(self) -> tuple:
-        """(criterion, per_pixel) of the synthetic measurement: a segmentation run's own, else
-        classification's (its random labels stand in for any per-image target)."""
-        return (self.task.criterion(self.cfg), True) if self.task.kind == SEGMENTATION else (None, False)
-
     def _where(self) -> str:
         return f"epoch {self.progress.epoch + 1}, step {self.progress.step}"
 
@@ -114,7 +109,7 @@ class Trainer:
         if cfg.synthetic_steps and not result.stopped_early:
             result.synthetic_images_per_s = measure_synthetic(raw, cfg, info, self.amp, self.lr,
                                                               self.data.num_classes, self.input_dtype,
-                                                              *self._synthetic_targets())
+                                                              *synthetic_targets(self.task, cfg))
         finish(result, raw, info, self.reporter)
         return result
 
@@ -209,6 +204,12 @@ def refuse_a_run_in_the_way(out: str, allowed: bool, info: DistInfo) -> None:
         held = held or ["checkpoint.pt or metrics.jsonl, seen by another rank"]
         raise TrainError(f"--out {out} already holds a run ({', '.join(held)}): pass --resume to continue it, "
                          "--overwrite to start afresh there, or another --out")
+
+
+def synthetic_targets(task, cfg: TrainConfig) -> tuple:
+    """(criterion, per_pixel) of the synthetic measurement: a segmentation run's own, else
+    classification's (its random labels stand in for any per-image target)."""
+    return (task.criterion(cfg), True) if task.kind == SEGMENTATION else (None, False)
 
 
 def validated(raw: nn.Module, runner: StepRunner, loader, amp, info: DistInfo, task, cfg: TrainConfig) -> dict:
