@@ -87,11 +87,12 @@ class Hdf5Writer(Writer):
                 fh.truncate(self.base)
             with open(self.journal_path, "wb") as fh:
                 fh.write(json.dumps({"staged_at": self.base}).encode() + b"\n")
-            open(self.masks_path, "wb").close()
+            remove_quietly(self.masks_path)
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         self._staging = os.open(self.staging_path, flags, 0o644)
         self._journal = os.open(self.journal_path, flags, 0o644)
-        self._masks = os.open(self.masks_path, flags, 0o644)
+        if os.path.exists(self.masks_path):   # made by the first mask (a pack without masks has none)
+            self._masks = os.open(self.masks_path, flags, 0o644)
         return entries
 
     def _recover(self) -> list[JournalEntry]:
@@ -112,11 +113,10 @@ class Hdf5Writer(Writer):
         if staged < nbytes:
             raise PackError(f"{self.staging_path}: {staged} staged bytes but the journal needs {nbytes}; "
                             "start over without --resume")
-        mask_bytes = _staged_masks(self.masks_path, entries)
+        _cut_staged_masks(self.masks_path, entries)
         os.truncate(self.journal_path, len(complete))
         # Also undoes a container head and tail written around the bytes by an interrupted finish.
         os.truncate(self.staging_path, self.base + nbytes)
-        os.truncate(self.masks_path, mask_bytes)
         return entries
 
     def add(self, index: int, data: bytes) -> None:
@@ -126,12 +126,16 @@ class Hdf5Writer(Writer):
             self._stage()
 
     def add_mask(self, index: int, data: bytes) -> None:
+        if self._masks is None:
+            self._masks = os.open(self.masks_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._added_masks.append(data)
         self._added_bytes += len(data)
 
     def _stage(self) -> None:
         added, masks, self._added, self._added_masks, self._added_bytes = self._added, self._added_masks, [], [], 0
         for fd, path, buffers in ((self._staging, self.staging_path, added), (self._masks, self.masks_path, masks)):
+            if not buffers:
+                continue
             try:
                 _write_all(fd, buffers)
             except OSError as exc:
@@ -156,9 +160,9 @@ class Hdf5Writer(Writer):
         total, mask_total = int(sum(lengths)), int(sum(mask_lengths))
         staged = os.path.getsize(self.staging_path) - self.base
         staged_masks = os.path.getsize(self.masks_path) if os.path.exists(self.masks_path) else 0
-        if staged != total or staged_masks != mask_total:
-            raise PackError(f"{self.staging_path}: {staged} staged bytes and {staged_masks} of masks, expected "
-                            f"{total} and {mask_total}; start over without --resume")
+        for path, have, want in ((self.staging_path, staged, total), (self.masks_path, staged_masks, mask_total)):
+            if have != want:
+                raise PackError(f"{path}: {have} staged bytes, expected {want}; start over without --resume")
         try:
             fields = {k: np.frombuffer(v, dtype=TARGET_DTYPES[k]) for k, v in columns.items()
                       if k in TARGET_DTYPES and k not in COLUMN_NAMES}   # the columns of fields beyond label
@@ -233,15 +237,15 @@ def _wrap_staged_bytes(writer: Hdf5Writer, total: int, masks_at: int = 0, mask_t
     os.replace(writer.staging_path, writer.partial_path)
 
 
-def _staged_masks(path: str, entries: list[JournalEntry]) -> int:
-    """The staged mask bytes the journal's entries hold (a missing file: none staged yet)."""
+def _cut_staged_masks(path: str, entries: list[JournalEntry]) -> None:
+    """The staged masks cut back to what the journal's entries hold (a missing file: none staged yet)."""
     needed = sum(sum(e.mask_lengths) for e in entries)
-    if not os.path.exists(path):
-        open(path, "wb").close()
-    if os.path.getsize(path) < needed:
-        raise PackError(f"{path}: {os.path.getsize(path)} staged mask bytes but the journal needs {needed}; "
+    staged = os.path.getsize(path) if os.path.exists(path) else 0
+    if staged < needed:
+        raise PackError(f"{path}: {staged} staged mask bytes but the journal needs {needed}; "
                         "start over without --resume")
-    return needed
+    if staged:
+        os.truncate(path, needed)
 
 
 def _offsets(lengths) -> np.ndarray:

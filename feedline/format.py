@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from .errors import StoreError
-from .fields import LABEL_ONLY, FieldsError, check_class_lists, check_fields, class_fields
+from .fields import LABEL_ONLY, FieldsError, check_class_lists, check_fields, class_fields, per_pixel
 
 FORMAT_NAME = "feedline"
 FORMAT_VERSION = 5                 # the newest version this code writes (masks beside the images)
@@ -195,7 +195,7 @@ def make_meta(*, count: int, classes: list[str], pack_options: dict, source: str
         extra["fields"] = check_fields(fields)
         extra["class_lists"] = {name: list((class_lists or {}).get(name, [])) for name in class_fields(fields)}
         classes = next(iter(extra["class_lists"].values()), [])
-    version = FORMAT_VERSION if "mask" in extra.get("fields", {}) else CLASS_LISTS_VERSION if "fields" in extra \
+    version = FORMAT_VERSION if per_pixel(extra.get("fields", {})) else CLASS_LISTS_VERSION if "fields" in extra \
         else LABEL_ONLY_VERSION
     return extra | {"format": FORMAT_NAME, "format_version": version, "checksum": CHECKSUM_NAME, "count": count,
                     "classes": list(classes), "pack_options": pack_options, "source": source, "created": created,

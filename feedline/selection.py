@@ -17,6 +17,7 @@ from .choices import Engine
 from .decoders.jpeg_grid import is_grid_store
 from .decoders.registry import build, detects_damage, missing_library_reason, registration
 from .errors import BackendUnavailable
+from .fields import per_pixel
 
 if TYPE_CHECKING:
     from .decoders.base import Decoder
@@ -63,7 +64,7 @@ def resolve_engine_and_decoder(engine="auto", decoder="auto", device: str = "cpu
     engine, decoder = check_names(engine, decoder)
     device = str(device)
     if engine is Engine.AUTO:
-        masks = store is not None and "mask" in store.fields   # DALI's pipeline makes no masks
+        masks = store is not None and bool(per_pixel(store.fields))   # DALI's pipeline makes no masks
         engine = _auto_engine(decoder, device, log_level, in_process=num_workers == 0, masks=masks)
     if engine in (Engine.THREADS, Engine.PROCESSES):   # the same per-image decoder, on threads or in workers
         return Selection(engine, thread_decoder(decoder, store, strict, log_level))

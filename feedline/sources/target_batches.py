@@ -69,9 +69,10 @@ def target_spec(store, batch_size: int, min_visibility: float) -> TargetSpec | N
 def mask_spec(store, mask_dtype: torch.dtype, ignore_index: int) -> MaskSpec | None:
     """How the workers make the store's masks (None without masks); ValueError, before anything
     starts, when the delivered ``mask_dtype`` cannot hold its classes or ``ignore_index``."""
-    if "mask" not in store.fields:
+    names = per_pixel(store.fields)
+    if not names:
         return None
-    spec = store.fields["mask"]
+    spec = store.fields[names[0]]
     info = torch.iinfo(mask_dtype)
     largest = max(spec.get("values") or [0])
     if not info.min <= ignore_index <= info.max or largest > info.max:

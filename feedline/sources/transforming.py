@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..config import OutputSpec, TransformSpec
+from ..fields import per_pixel
 from ..plan import BatchPlan
 from ..transforms import BatchTransforms, SampleTransforms
 from ..transforms.with_targets import check_transforms_for_targets
@@ -100,8 +101,8 @@ def transforming(store, spec: TransformSpec, seed: int, batched_on_device: bool,
     for a store with masks, which follow the per-sample transforms where they are made."""
     if not (spec.transforms or spec.batch_transforms):
         return None
-    masks = "mask" in store.fields
+    masks = per_pixel(store.fields)
     made = Transforming(spec, seed, store_classes(store), batched_on_device and not masks,
-                        ignore_index if masks else None, set(store.fields) == {"mask"})
+                        ignore_index if masks else None, list(store.fields) == masks)
     check_transforms_for_targets(store.fields, spec.transforms, spec.batch_transforms)
     return made

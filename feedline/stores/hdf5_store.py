@@ -8,6 +8,7 @@ import h5py
 import numpy as np
 
 from ..errors import StoreError
+from ..fields import per_pixel
 from ..format import COLUMN_DTYPES, HDF5_IMAGES, HDF5_MASK_OFFSETS, HDF5_MASKS, HDF5_META_ATTR, HDF5_OFFSETS, parse_meta
 from ..targets import TARGET_DTYPES
 from .base import Store, column_names, load_columns, load_targets
@@ -65,7 +66,7 @@ class Hdf5Store(Store):
                 if images.chunks is not None or images.compression is not None:
                     raise StoreError(f"{filename}: the images dataset is chunked or compressed; "
                                      "feedline writes it contiguous. Pack it again with feedline.")
-                self._masks = _masks_region(fh, filename) if "mask" in (self.meta.get("fields") or {}) else None
+                self._masks = _masks_region(fh, filename) if per_pixel(self.meta.get("fields") or {}) else None
             except (KeyError, OSError, ValueError, TypeError, AttributeError) as exc:  # KeyError: present, unreadable
                 detail = exc.args[0] if isinstance(exc, KeyError) else exc   # str() of a KeyError quotes its text
                 raise StoreError(f"{filename}: cannot read the HDF5 layout ({detail}); the file is damaged. "

@@ -9,6 +9,7 @@ import lmdb
 import numpy as np
 
 from ..errors import StoreError
+from ..fields import per_pixel
 from ..format import (LMDB_COLUMN_PREFIX, LMDB_IMAGE_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY, MASK_SUFFIX,
                       image_key, parse_meta)
 from .advice import merged_ranges, will_need
@@ -139,7 +140,7 @@ class LmdbStore(Store):
         return self._value(image_key(i), i, "")
 
     def read_mask(self, index: int):
-        if "mask" not in self.fields:
+        if not per_pixel(self.fields):
             return super().read_mask(index)
         i = self._check(index)
         return self._value(image_key(i) + MASK_SUFFIX, i, ": its mask")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ChecksumError, FeedlineError, StoreError
+from ..fields import per_pixel
 from ..format import checksum
 from ..mask_codec import decode, read_png, values_of
 
@@ -17,8 +18,7 @@ class RecordTargets:
         """Record ``index``'s targets as plain values, one entry per field (see `TargetColumns.record`);
         a mask as its class indices (`mask`)."""
         i = self._check(index)
-        values = self.target_columns.record(i)
-        return values | {"mask": self.mask(i)} if "mask" in values else values
+        return self.target_columns.record(i) | {name: self.mask(i) for name in per_pixel(self.fields)}
 
     def read_mask(self, index: int):
         """The stored mask of record ``index`` (bytes-like, `feedline.mask_codec`; a folder's: its
@@ -41,7 +41,7 @@ class RecordTargets:
         return self._decoded_mask(self.read_mask_checked(index), index)
 
     def _decoded_mask(self, data, index: int) -> np.ndarray:
-        if self.fields["mask"]["codec"] == "png":
+        if self.fields[per_pixel(self.fields)[0]]["codec"] == "png":
             return read_png(data, f"{self.filename}: record {index} ({self.path(index)})'s mask")
         return decode(data)
 
@@ -60,7 +60,7 @@ class RecordTargets:
         expected = self.size(index)
         if mask.shape != expected and min(expected) > 0:
             return f"mask: decodes to {mask.shape[0]}x{mask.shape[1]} (HxW), its image is {expected[0]}x{expected[1]}"
-        listed = self.fields["mask"].get("values")
+        listed = self.fields[per_pixel(self.fields)[0]].get("values")
         unlisted = np.setdiff1d(values_of(mask), listed) if listed is not None else []
         if len(unlisted):
             return f"mask: holds class(es) {unlisted[:5].tolist()} that the metadata's values do not list"

@@ -37,7 +37,7 @@ def check_transforms_for_targets(fields, transforms=(), batch_transforms=()) -> 
             for family in FAMILIES:
                 names = refusing(fields, family)
                 if names and _in_family(t, kind, family):
-                    verb = "does" if names == ["mask"] else "do"
+                    verb = "do" if len(names) > 1 or names[0].endswith("s") else "does"
                     raise TransformError(f"{where}[{k}]: {kind.__name__} {_WHY[family]}, and the store's "
                                          f"{' and '.join(names)} {verb} not follow it: {_ADVICE[family]}")
 
