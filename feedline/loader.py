@@ -24,8 +24,8 @@ from .keywords import (augment_spec, check_source_kind, checks_keywords, choose_
 from .loader_surface import DataLoaderSurface
 from .order import batch_count
 from .plan import EpochPlan
-from .position import STATE_VERSION, Position, fingerprint, position_from_state
-from .seeds import loader_seed, saved_seed
+from .position import Position, resume_position, state_of
+from .seeds import loader_seed
 from .selection import resolve_engine_and_decoder
 from .size_schedule import schedule_of
 from .sources import make_source
@@ -143,20 +143,22 @@ class FeedLoader(DataLoaderSurface):
 
     # -- resume ----------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Where the loader stands: loading it makes the next iteration yield exactly the
-        batches an uninterrupted run would have yielded next."""
-        return {"version": STATE_VERSION, "epoch": self._position.epoch, "batch": self._position.batch,
-                **fingerprint(self.config, len(self.store))}
+        """Where the loader stands: loaded, the next batches are those an uninterrupted run yields."""
+        return state_of(self.config, len(self.store), self._position)
 
-    def load_state_dict(self, state: dict) -> None:
-        seed = saved_seed(state, self.config.seed) if self._seed_drawn else self.config.seed   # a drawn seed gives way
-        position = position_from_state(state, {**fingerprint(self.config, len(self.store)), "seed": seed})
+    def load_state_dict(self, state: dict | list[dict]) -> None:
+        """One rank's state (same world_size, batch_size), or every rank's: any topology (position.py)."""
+        position, seed = resume_position(state, self.config, len(self.store), self._seed_drawn)
         self._close_active("load_state_dict() moved the loader")
         if seed != self.config.seed:   # the source holds the seed: built again with the saved one
             self.source.close()
             self.config = replace(self.config, seed=seed)
             self.source = make_source(self.store, self.config, self._decoder)
         self._position, self._started = position, False
+
+    def batches_left(self) -> int:
+        """Batches left where the loader stands (after load_state_dict: what the next iteration yields)."""
+        return plan_epoch(self.store, self.config, self._position, hint=False).count(len(self.store)) - self._position.batch
 
     # -- lifetime --------------------------------------------------------------------
     def _close_active(self, why: str = "a second iter(loader) started a new iteration") -> None:
@@ -184,12 +186,12 @@ class FeedLoader(DataLoaderSurface):
                 f"{decoder}, workers={c.num_workers}, device={c.output.device!r}, {len(self)} batches/epoch)")
 
 
-def plan_epoch(store: Store, c: LoaderConfig, position: Position) -> EpochPlan:
-    """The plan of ``position``'s epoch. The store hears which records come next: a remote
-    store fetches their shards ahead."""
+def plan_epoch(store: Store, c: LoaderConfig, position: Position, hint: bool = True) -> EpochPlan:
+    """The plan of ``position``'s epoch. The store hears which records come next (``hint``):
+    a remote store fetches their shards ahead."""
     epoch = EpochPlan(c.spec_at(position.epoch), c.seed, position.epoch, c.order, c.batch_size, c.drop_last,
-                      c.rank, c.world_size, c.even_shards, *c.quasi_random, shard_counts(store))
-    if is_remote(store):   # the samples cost a permutation: computed for the stores that use them
+                      c.rank, c.world_size, c.even_shards, *c.quasi_random, shard_counts(store), position.resumed)
+    if hint and is_remote(store):   # the samples cost a permutation: computed for the stores that use them
         will_visit(store, epoch.samples(len(store))[position.batch * c.batch_size:])
     return epoch
 

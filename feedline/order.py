@@ -51,9 +51,8 @@ def shard(order: np.ndarray, rank: int, world_size: int, pad: bool = True) -> np
     if not pad:
         return order[rank::world_size]
     per_rank = math.ceil(len(order) / world_size)
-    total = per_rank * world_size
-    padded = np.resize(order, total)  # np.resize repeats the array: wrap-around padding
-    return padded[rank:total:world_size]
+    # Every world_size-th place of the order wrapped around to per_rank * world_size places.
+    return order[np.arange(rank, per_rank * world_size, world_size) % max(len(order), 1)]
 
 
 def batch_count(samples: int, batch_size: int, drop_last: bool) -> int:
@@ -68,39 +67,50 @@ def shard_order(counts: list[int] | tuple[int, ...], seed: int, epoch: int, rank
     """This rank's records of an epoch in shard-aware order, from (seed, epoch, rank, world_size)
     and the shards' record counts alone.
 
-    The shards are permuted from (seed, epoch) and laid end to end; that run of records is cut
-    into world_size consecutive parts, so each rank reads a run of whole shards (a shard on a
-    cut is shared by two ranks) and fetches nothing else. The parts are the sizes ``shard``
-    gives: ceil(n / world_size) each with ``pad`` (the run wrapped around, so every rank gets
-    the same number of batches), or each record once without it. Within a part, the records of
-    each ``window`` consecutive shards are shuffled together."""
+    The shards are permuted from (seed, epoch) and laid end to end (``shard_run``); that run of
+    records is cut into world_size consecutive parts (``deal_shard_run``), so each rank reads a
+    run of whole shards (a shard on a cut is shared by two ranks) and fetches nothing else."""
+    run, owner = shard_run(counts, seed, epoch)
+    return deal_shard_run(run, owner, (seed, epoch), rank, world_size, pad, window)
+
+
+def shard_run(counts: list[int] | tuple[int, ...], seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every record of the epoch, its shards permuted from (seed, epoch) and laid end to end,
+    and each record's shard place in that run."""
+    counts = np.asarray(counts, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    n = int(starts[-1])
+    shards = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(len(counts))
+    lengths = counts[shards]
+    owner = np.repeat(np.arange(len(shards)), lengths)
+    first = np.cumsum(lengths) - lengths
+    return starts[shards][owner] + (np.arange(n) - first[owner]), owner
+
+
+def deal_shard_run(run: np.ndarray, owner: np.ndarray, stream: tuple[int, ...], rank: int, world_size: int,
+                   pad: bool = True, window: int = SHARD_WINDOW) -> np.ndarray:
+    """This rank's consecutive part of a shard run (``owner``: each record's shard place, never
+    decreasing). The parts are the sizes ``shard`` gives: ceil(n / world_size) each with ``pad``
+    (the run wrapped around, so every rank gets the same number of batches), or each record
+    once without it. Within a part, the records of each ``window`` consecutive shards are
+    shuffled together, from ``stream`` (the epoch's seed and number) and the rank's place."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
-    counts = np.asarray(counts, dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    n = int(starts[-1])
-    rng = np.random.Generator(np.random.PCG64([seed, epoch]))
-    shards = rng.permutation(len(counts))
-    lengths = counts[shards]
-    owner = np.repeat(np.arange(len(shards)), lengths)          # place of each record's shard in the run
-    first = np.cumsum(lengths) - lengths
-    run = starts[shards][owner] + (np.arange(n) - first[owner])
-    if pad:
+    n = len(run)
+    if pad:   # the run wrapped around to per * world_size places
         per = -(-n // world_size)
-        run, owner = np.resize(run, per * world_size), np.resize(owner, per * world_size)
-        lo, hi = rank * per, (rank + 1) * per
+        places = np.arange(rank * per, (rank + 1) * per) % max(n, 1)
     else:
         sizes = [len(range(r, n, world_size)) for r in range(world_size)]
-        lo = sum(sizes[:rank])
-        hi = lo + sizes[rank]
-    part, part_owner = run[lo:hi], owner[lo:hi]
+        places = np.arange(sum(sizes[:rank]), sum(sizes[:rank + 1]))
+    part, part_owner = run[places], owner[places]
     # The window of each record: its shard's place among this part's shards, by window.
     _, place = np.unique(part_owner, return_inverse=True)
     order_of_first = np.argsort(np.unique(part_owner, return_index=True)[1])
     rank_of_shard = np.empty_like(order_of_first)
     rank_of_shard[order_of_first] = np.arange(len(order_of_first))
     keys = (rank_of_shard[place] // window).astype(np.float64) + np.random.Generator(
-        np.random.PCG64([seed, epoch, rank, world_size])).random(len(part))
+        np.random.PCG64([*stream, rank, world_size])).random(len(part))
     return part[np.argsort(keys, kind="stable")].astype(np.int64)

@@ -320,3 +320,18 @@ def test_resize_bench_runs_and_tables_each_crop_kind(tmp_path):
                                                        ("feedline (torchvision's)", "rrc"),
                                                        ("OpenCV bilinear (before)", "rrc")}
     assert all(r["ms_per_image"] > 0 for r in rows)
+
+
+def test_mix_bench_runs_both_ways_for_each_mixer(tmp_path):
+    out = tmp_path / "mix.json"
+    stdout = run_script("mix", "--quick", "--out", str(out))
+    assert "whole batch (before)" in stdout and "rows (after)" in stdout
+    rows = load(out, "mix")["results"]
+    mixed = [r for r in rows if r["mixer"] != "-"]
+    assert len(mixed) == 10 and {r["way"] for r in mixed} == {"whole batch (before)", "rows (after)"}
+    assert [r["way"] for r in rows if r["mixer"] == "-"] == ["one pass (x.mul_): the floor"]
+    assert all(r["ms_min"] > 0 and r["ms_median"] >= r["ms_min"] and r["python_ms"] > 0 for r in rows)
+    assert all(0.3 <= r["lambda"] <= 0.7 for r in mixed)
+    for r in mixed:
+        before = next(b for b in mixed if b["mixer"] == r["mixer"] and b["way"] == "whole batch (before)")
+        assert r["x_before"] == ratio(r["ms_min"], before["ms_min"])

@@ -108,7 +108,7 @@ def test_a_bad_record_is_substituted_by_the_rule_and_reported_as_a_fact(damaged)
     assert done.failure is None and len(done.substituted) == 1
     fact = done.substituted[0]
     other, box, flip = substitute_sample(SPEC, 5, RUN.epoch, 2, 0, spec.store.sizes)
-    assert (fact.row, fact.index, fact.box, fact.flip) == (1, other, tuple(int(v) for v in box), flip)
+    assert (fact.row, fact.index, fact.box, fact.flip) == (1, other, tuple(box.tolist()), flip)
     assert isinstance(fact.error, ChecksumError) and fact.error.index == 2
     assert np.array_equal(rows.rows[1], decoded(spec, other, box, flip))   # its own crop and flip
     boxes, flips = plan_augment(SPEC, 5, RUN.epoch, [1], *spec.store.sizes[[1]].T)

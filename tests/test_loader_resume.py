@@ -7,8 +7,8 @@ import torch
 from loader_helpers import small
 
 
-STATE_KEYS = {"version", "epoch", "batch", "seed", "order", "batch_size", "drop_last", "world_size",
-              "even_shards", "quasi_random", "samples"}
+STATE_KEYS = {"version", "epoch", "batch", "rank", "seed", "order", "batch_size", "drop_last", "world_size",
+              "even_shards", "quasi_random", "samples", "resumed"}
 
 
 def epoch_batches(loader, epoch):
@@ -71,6 +71,6 @@ def test_resume_refusals_name_what_differs_and_what_to_do(packed_lmdb):
     state = small(packed_lmdb).state_dict()
     with pytest.raises(ValueError, match=r"the saved loader had seed=7, this one has 8"):
         small(packed_lmdb, seed=8).load_state_dict(state)
-    with pytest.raises(ValueError, match=r"version 9; this feedline reads versions 1, 2 \(it writes 2\)\. "
+    with pytest.raises(ValueError, match=r"version 9; this feedline reads versions 1, 2, 3 \(it writes 3\)\. "
                                          r"Resume with the feedline that saved it, or start the epoch afresh$"):
         small(packed_lmdb).load_state_dict({**state, "version": 9})

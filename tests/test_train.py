@@ -146,7 +146,7 @@ def test_resume_mid_epoch_equals_an_uninterrupted_run(toy, tmp_path):
     assert run([*common, "--out", tmp_path / "parts", "--max-steps", "4"]) == 0
     stopped = _weights(tmp_path / "parts")
     assert stopped["progress"]["epoch"] == 1 and stopped["progress"]["step"] == 4
-    assert stopped["loader"]["batch"] == 2
+    assert [s["batch"] for s in stopped["loader"]] == [2]   # every rank's loader state: one rank here
     assert run([*common, "--out", tmp_path / "parts", "--resume"]) == 0
     whole, parts = _weights(tmp_path / "whole"), _weights(tmp_path / "parts")
     assert parts["progress"] == whole["progress"]
@@ -169,12 +169,28 @@ def test_save_every_writes_mid_epoch_checkpoints(toy, tmp_path):
 def test_order_reaches_the_loader_and_resume_refuses_other_options(toy, tmp_path, capsys):
     common = [toy["train"], *FAST, "--epochs", "1", "--synthetic-steps", "0"]
     assert run([*common, "--order", "quasi-random", "--max-steps", "2", "--out", tmp_path]) == 0
-    assert _weights(tmp_path)["loader"]["order"] == "quasi-random"
+    assert _weights(tmp_path)["loader"][0]["order"] == "quasi-random"
     for other, said in ((["--seed", "5"], "--seed 0, this run has 5"),
                         ([], "--order quasi-random, this run has random")):
         err = one_line_error(capsys, [*common, *other, "--out", tmp_path, "--resume"])
         assert said in err
     assert run([*common, "--order", "quasi-random", "--out", tmp_path, "--resume"]) == 0
+
+
+def test_resume_on_other_ranks_needs_every_ranks_loader_state_and_the_same_data(toy, tmp_path, capsys):
+    common = [toy["train"], *FAST, "--epochs", "1", "--synthetic-steps", "0", "--out", tmp_path]
+    assert run([*common, "--max-steps", "2"]) == 0
+    path = os.path.join(tmp_path, "checkpoint.pt")
+    state = _weights(tmp_path)
+    assert state["train_records"] == 96 and len(state["loader"]) == 1
+    # As an older feedline wrote it on 2 ranks: rank 0's loader state alone.
+    checkpoint.save({**state, "world_size": 2, "loader": state["loader"][0]}, path)
+    err = one_line_error(capsys, [*common, "--resume"])
+    assert ("was written by 2 ranks without every rank's loader position (an older feedline), this run has 1; "
+            "resume with the same number of processes") in err
+    checkpoint.save({**state, "train_records": 95}, path)
+    assert "was trained on 95 images, the data has 96; resume on the same data set" in one_line_error(
+        capsys, [*common, "--resume"])
 
 
 # -- bad input -----------------------------------------------------------------------------

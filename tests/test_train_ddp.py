@@ -79,3 +79,29 @@ def test_a_two_rank_run_resumed_mid_epoch_counts_the_epochs_loss_once(ddp_run):
     assert parts["progress"]["step"] == whole["progress"]["step"] == 3
     assert [e["train_loss"] for e in parts["history"]] == pytest.approx(
         [e["train_loss"] for e in whole["history"]], rel=1e-4)
+
+
+def test_a_two_rank_run_resumed_on_three_ranks_continues_the_epoch(ddp_run):
+    """Stopped after its first step on 2 ranks (2 micro-batches of 8 a rank: 32 of 96 images)
+    and resumed on 3: the loaders deal the 64 images left, 22 a rank, 2 micro-batches of 8 (the
+    last partial one dropped, as --drop-last does in training); the run's steps become those of
+    3 ranks (4 micro-batches, 2 steps an epoch), the resumed epoch ending at step 2, the next
+    one a normal epoch."""
+    out = ddp_run["root"] / "elastic"
+    args = [*ddp_run["args"], "--epochs", "2", "--out", out]   # the later --epochs wins
+    for nproc, extra in ((2, ["--max-steps", "1"]), (3, ["--resume"])):
+        proc = subprocess.run(torchrun(*args, *extra, nproc=nproc), cwd=REPO, env=subprocess_env(),
+                              capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        if nproc == 2:
+            stopped = checkpoint.load(os.path.join(out, "checkpoint.pt"))
+    assert stopped["world_size"] == 2 and [s["rank"] for s in stopped["loader"]] == [0, 1]
+    assert [s["batch"] for s in stopped["loader"]] == [2, 2]
+    said = proc.stdout + proc.stderr
+    assert ("resumed on 3 ranks from a checkpoint of 2: epoch 1 continues from batch 2 of 4 (the records no rank "
+            "trained on), at step 1 of this run's schedule") in said
+    assert events(out, "start")[-1]["world_size"] == 3 and events(out, "start")[-1]["resumed_at"]["step"] == 1
+    final = checkpoint.load(os.path.join(out, "checkpoint.pt"))
+    assert final["world_size"] == 3 and final["progress"]["epoch"] == 2 and final["progress"]["step"] == 4
+    assert [e["step"] for e in final["history"]] == [2, 4]
+    assert summary(out)["steps_per_rank"] == [4, 4, 4]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import oracles_transforms as oracle
-from feedline.transforms import BatchTransforms, CutMix, Mixup, MixUp, mix
+from feedline.transforms import BatchTransforms, CutMix, Mixup, MixUp, mix, mix_rows
 
 PHOTOS = np.stack([oracle.photo(i, 40, 56) for i in range(5)])
 LABELS = torch.tensor([3, 0, 7, 3, 9])
@@ -47,16 +47,22 @@ def test_mixed_images_and_targets_follow_timm_and_torchvision(mixer):
                                    Mixup(0.8, 1.0, mode="pair", num_classes=10), MixUp(0.4, num_classes=10),
                                    CutMix(1.0, num_classes=10)])
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
-def test_mixing_is_timms_and_torchvisions_arithmetic_bit_for_bit(mixer, layout):
+@pytest.mark.parametrize("large", [False, True], ids=["whole-batch", "rows"])
+def test_mixing_is_timms_and_torchvisions_arithmetic_bit_for_bit(mixer, layout, large):
     """The batched blends, boxes and target mixes give the very floats of timm's and
     torchvision's own statements, in either memory layout, batch after batch (every batch of
-    a mode draws another mix of blends, boxes and untouched samples)."""
-    x = (batch() - 0.45) / 0.22   # normalized, as the loader hands it over: negative values too
-    soft = mix.soft_targets(LABELS, 10, mixer.label_smoothing, "test")
+    a mode draws another mix of blends, boxes and untouched samples): a small batch mixed
+    whole, a large CPU batch a pair of rows at a time (mix_rows)."""
+    n, h, w = (9, 224, 224) if large else (5, 40, 56)
+    x = torch.from_numpy(np.stack([oracle.photo(i, h, w) for i in range(n)])).permute(0, 3, 1, 2) / 255
+    x = (x - 0.45) / 0.22   # normalized, as the loader hands it over: negative values too
+    labels = torch.arange(n) * 7 % 10
+    soft = mix.soft_targets(labels, 10, mixer.label_smoothing, "test")
+    assert mix_rows.fits(x) == large
     checked = set()
-    for first in range(0, 60, 5):
-        params = mixer.draw(3, 0, np.arange(first, first + 5), 40, 56)
-        images, targets = mixer.apply(x.clone().contiguous(memory_format=layout), LABELS, params)
+    for first in range(0, 60 if not large else 45, n):
+        params = mixer.draw(3, 0, np.arange(first, first + n), h, w)
+        images, targets = mixer.apply(x.clone().contiguous(memory_format=layout), labels, params)
         boxes = [tuple(b) if c else None for b, c in zip(params["boxes"].tolist(), params["cutmix"])]
         if isinstance(mixer, (MixUp, CutMix)):
             want_x, want_y = oracle.torchvision_mix(x, soft, params["lam"][0], boxes[0])

@@ -105,7 +105,8 @@ class _Keeper(threading.Thread):
 
     def leave(self) -> None:
         self.wait_started()   # no worker is being started any more
-        self.staying.release()
+        if self.staying.locked():   # not released yet by a leave() that a Ctrl-C cut short
+            self.staying.release()
         self.join()
 
 

@@ -48,7 +48,7 @@ def first_substitute(spec: AugmentSpec, seed: int, epoch: int, index: int, sizes
     none of the MAX_ATTEMPTS does."""
     for n in range(MAX_ATTEMPTS):
         other, box, flip = substitute_sample(spec, seed, epoch, index, n, sizes)
-        box = tuple(int(v) for v in box)
+        box = tuple(np.asarray(box).tolist())   # ints, or an evaluation crop's fractional edges
         try:
             made = attempt(other, box, flip)
         except Exception:  # this substitute is bad too: the rule's next one

@@ -72,10 +72,10 @@ class Workers:
         self._stop(kill=True)          # finishes a stop that a Ctrl-C cut short
         self._queued = [0] * self.count
         self._start()
-        self.running = True
         for number, (fmt, arena) in self._arenas.items():
             for k in range(self.count):
                 self._post_arena(k, number, fmt, arena)
+        self.running = True            # last: workers cut short before they had every arena are stopped
 
     def give_arena(self, number: int, fmt: RowFormat, arena: Arena) -> None:
         """Every worker maps ``arena`` as arena ``number`` (now, and when started anew)."""

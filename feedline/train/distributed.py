@@ -128,6 +128,15 @@ def gather_ints(values: list[int], info: DistInfo) -> list[list[int]]:
     return [o.tolist() for o in out]
 
 
+def gather_objects(value, info: DistInfo) -> list:
+    """Every rank's ``value`` (any picklable object), in rank order (``[value]`` in a single process)."""
+    if not info.distributed:
+        return [value]
+    out = [None] * info.world_size
+    dist.all_gather_object(out, value)
+    return out
+
+
 def parameters_in_sync(model: torch.nn.Module, info: DistInfo) -> bool:
     """True when every rank holds exactly the same parameters: the elementwise max over
     ranks equals the elementwise min. Two all-reduces of the model size; for the end of a run."""

@@ -1,10 +1,12 @@
 """A run's checkpoints: what one holds, saving it, and continuing a run from one exactly.
 
 A checkpoint holds everything the next step depends on: weights, optimizer momentum,
-the schedule's step, the gradient scaler, where the loader stands in the epoch (its own
-``state_dict``), the epoch's loss so far, and the RNG state. The data order and crops
+the schedule's step, the gradient scaler, where the loader stands in the epoch (every
+rank's ``state_dict``), the epoch's loss so far, and the RNG state. The data order and crops
 are functions of (seed, epoch, index), so a resumed run sees the batches an
-uninterrupted one would have seen next.
+uninterrupted one would have seen next. On another number of ranks, the loaders deal the
+records of the epoch that no rank trained on, and the step count and the schedule become
+this run's: the resumed epoch ends where this run's epochs end.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from torch import nn
 
 from . import checkpoint
 from .config import TrainConfig, TrainError
-from .distributed import DistInfo, sum_over_ranks
+from .distributed import DistInfo, gather_objects, sum_over_ranks
 from .loop import Progress
 from .recipe_options import RecipeOptions
 from .report import Reporter
@@ -36,9 +38,9 @@ class Checkpoints:
     a resume: they cannot know whether rank 0's latest write finished)."""
 
     def __init__(self, cfg: TrainConfig, info: DistInfo, reporter: Reporter, num_classes: int,
-                 steps_per_epoch: int):
+                 steps_per_epoch: int, records: int):
         self.cfg, self.info, self.reporter = cfg, info, reporter
-        self.num_classes, self.steps_per_epoch = num_classes, steps_per_epoch
+        self.num_classes, self.steps_per_epoch, self.records = num_classes, steps_per_epoch, records
         self.path = cfg.checkpoint_path
         self.saved: tuple[int, int] | None = None
         self.begun = False  # a checkpoint exists or is being written: resumed, or a save started
@@ -47,8 +49,10 @@ class Checkpoints:
 
     def save(self, raw: nn.Module, runner: StepRunner, progress: Progress, loader_state: dict | None,
              history: list[dict]) -> None:
-        """``loader_state`` None: at an epoch boundary (``progress`` already at the next epoch)."""
+        """``loader_state``: this rank's (every rank's are gathered: collective), or None at an
+        epoch boundary (``progress`` already at the next epoch)."""
         loss_sum, samples = sum_over_ranks([progress.loss_sum, progress.samples], self.info)
+        loaders = gather_objects(loader_state, self.info) if loader_state is not None else None
         self.begun = True
         if not self.info.is_main:
             return
@@ -58,11 +62,12 @@ class Checkpoints:
         state = {
             "format": checkpoint.CHECKPOINT_FORMAT, "version": checkpoint.CHECKPOINT_VERSION,
             "config": self.cfg.to_dict(), "num_classes": self.num_classes, "world_size": world,
+            "train_records": self.records,
             "steps_per_epoch": self.steps_per_epoch, "model": raw.state_dict(),
             "optimizer": runner.optimizer.state_dict(), "scheduler": runner.scheduler.state_dict(),
             "scaler": runner.scaler.state_dict() if runner.scaler is not None else None,
             "model_ema": runner.ema.state_dict() if runner.ema is not None else None,
-            "progress": dataclasses.asdict(saved), "loader": loader_state, "rng": _rng_state(),
+            "progress": dataclasses.asdict(saved), "loader": loaders, "rng": _rng_state(),
             "history": history,
         }
         checkpoint.save(state, self.path)
@@ -83,10 +88,15 @@ class Checkpoints:
         if state.get("num_classes") != self.num_classes:
             raise TrainError(f"{where} has {state.get('num_classes')} classes, the data "
                              f"{self.num_classes}; resume on the same data set")
+        if state.get("train_records", self.records) != self.records:
+            raise TrainError(f"{where} was trained on {state.get('train_records')} images, the data has "
+                             f"{self.records}; resume on the same data set")
         if state.get("world_size") != self.info.world_size:
-            raise TrainError(f"{where} was written by {state.get('world_size')} ranks, this run has "
-                             f"{self.info.world_size}; resume with the same number of processes")
-        if state.get("steps_per_epoch") != self.steps_per_epoch:
+            if "train_records" not in state or isinstance(state.get("loader"), dict):
+                raise TrainError(f"{where} was written by {state.get('world_size')} ranks without every rank's loader "
+                                 f"position (an older feedline), this run has {self.info.world_size}; resume with "
+                                 "the same number of processes")
+        elif state.get("steps_per_epoch") != self.steps_per_epoch:
             raise TrainError(f"{where}: {state.get('steps_per_epoch')} steps per epoch, this run "
                              f"{self.steps_per_epoch}; resume on the same data set")
 
@@ -95,19 +105,45 @@ class Checkpoints:
         self.check(state)
         raw.load_state_dict(state["model"])
 
-    def restore_training(self, state: dict, runner: StepRunner) -> tuple[Progress, dict | None]:
-        """Put the optimizer, schedule, scaler and RNG back; returns where the run stands and
-        the loader's state (None at an epoch boundary)."""
+    def restore_training(self, state: dict, runner: StepRunner, loader) -> Progress:
+        """Put the optimizer, schedule, scaler, RNG and the training ``loader`` back; returns
+        where the run stands."""
+        other_world = state["world_size"] != self.info.world_size
         runner.optimizer.load_state_dict(state["optimizer"])
-        runner.scheduler.load_state_dict(state["scheduler"])
+        if not other_world:   # else this run's schedule, at the step _rescale finds
+            runner.scheduler.load_state_dict(state["scheduler"])
         if runner.scaler is not None and state.get("scaler"):
             runner.scaler.load_state_dict(state["scaler"])
         if runner.ema is not None and state.get("model_ema"):
             runner.ema.load_state_dict(state["model_ema"])
         _set_rng_state(state["rng"])
         progress = Progress(**state["progress"])
+        if state["loader"] is not None:   # mid-epoch: the loader continues where the ranks stood
+            try:
+                loader.load_state_dict(state["loader"])
+            except ValueError as exc:
+                raise TrainError(f"{self.cfg.resume_path}: {exc}") from None
+        if other_world:
+            micro = len(loader) - loader.batches_left() if state["loader"] is not None else 0
+            self._rescale(progress, state["world_size"], runner, micro, len(loader))
         self.saved, self.begun = (progress.epoch, progress.step), True
-        return progress, state["loader"]
+        return progress
+
+    def _rescale(self, progress: Progress, saved_world: int, runner: StepRunner, micro: int, total: int) -> None:
+        """``progress`` in this run's ranks: ``micro`` of the epoch's batches count as done
+        (the rest are what the loader deals), the step and the schedule are this run's (the
+        resumed epoch ends at a multiple of this run's steps per epoch), and each rank holds
+        its share of the epoch's loss sums."""
+        world = self.info.world_size
+        progress.micro = micro
+        progress.step = progress.epoch * self.steps_per_epoch + micro // self.cfg.accum_steps
+        samples = progress.samples * saved_world   # the epoch's, over the saved ranks: shared out again
+        progress.loss_sum = progress.loss_sum * saved_world / world
+        progress.samples = samples // world + int(self.info.rank < samples % world)
+        runner.scheduler.load_state_dict({**runner.scheduler.state_dict(), "step_count": progress.step})
+        self.reporter.info("resumed on %d ranks from a checkpoint of %d: epoch %d continues from batch %d of %d "
+                           "(the records no rank trained on), at step %d of this run's schedule", world, saved_world,
+                           progress.epoch + 1, micro, total, progress.step)
 
     def resume_hint(self) -> str:
         """What a run that stops now can continue from, for its last words."""

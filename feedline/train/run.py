@@ -91,20 +91,21 @@ class Trainer:
         steps_per_epoch = math.ceil(len(self.train_loader) / cfg.accum_steps)
         total_steps = steps_per_epoch * cfg.epochs
         warmup = warmup_said(cfg, steps_per_epoch, self.reporter)
-        self.checkpoints = Checkpoints(cfg, info, self.reporter, self.data.num_classes, steps_per_epoch)
+        self.checkpoints = Checkpoints(cfg, info, self.reporter, self.data.num_classes, steps_per_epoch,
+                                       len(self.data.train))
         raw = place_model(cfg, info, self.data.num_classes, segment=self.task.kind == SEGMENTATION)
         state, self.resume_state = self.resume_state, None  # the host copy of the weights goes after this
         if state is not None:
             self.checkpoints.restore_model(state, raw)
         runner = build_runner(raw, cfg, info, self.amp, self.lr, warmup, total_steps, self.task.criterion(cfg))
-        loader_state = None
+        mid_epoch = state is not None and state["loader"] is not None
         if state is not None:
-            self.progress, loader_state = self.checkpoints.restore_training(state, runner)
+            self.progress = self.checkpoints.restore_training(state, runner, self.train_loader)
             result.history = list(state.get("history", []))
         self.reporter.start(cfg, info, self.amp.name, len(self.data.train), self.data.num_classes, self.lr,
                             steps_per_epoch, total_steps, warmup,
                             resumed=self.progress if state is not None else None)
-        result.real_images_per_s = self._epochs(raw, runner, loader_state)
+        result.real_images_per_s = self._epochs(raw, runner, mid_epoch)
         result.steps, result.epochs_done = self.progress.step, self.progress.epoch
         if cfg.synthetic_steps and not result.stopped_early:
             result.synthetic_images_per_s = measure_synthetic(raw, cfg, info, self.amp, self.lr,
@@ -113,8 +114,9 @@ class Trainer:
         finish(result, raw, info, self.reporter)
         return result
 
-    def _epochs(self, raw: nn.Module, runner: StepRunner, loader_state: dict | None) -> float | None:
-        """Train until --epochs or --max-steps; returns images/s per rank after the warm-up."""
+    def _epochs(self, raw: nn.Module, runner: StepRunner, mid_epoch: bool) -> float | None:
+        """Train until --epochs or --max-steps (``mid_epoch``: the first continues where the
+        restored loader stands); returns images/s per rank after the warm-up."""
         cfg, progress, loader = self.cfg, self.progress, self.train_loader
         micro_per_epoch = len(loader)
         timed_images, timed_s, first = 0, 0.0, True
@@ -126,12 +128,8 @@ class Trainer:
             return cfg.max_steps is not None and p.step >= cfg.max_steps
 
         while progress.epoch < cfg.run_epochs:
-            if loader_state is not None:       # mid-epoch resume: the loader continues where it stood
-                try:
-                    loader.load_state_dict(loader_state)
-                except ValueError as exc:
-                    raise TrainError(f"{cfg.resume_path}: {exc}") from None
-                loader_state = None
+            if mid_epoch:       # the loader continues where it stood (Checkpoints.restore_training)
+                mid_epoch = False
             else:
                 progress.micro, progress.loss_sum, progress.samples = 0, 0.0, 0
             loader.set_epoch(progress.epoch)

@@ -13,17 +13,21 @@ torchvision's MixUp and CutMix pair sample i with sample i - 1 (``roll(1)``), on
 batch; CutMix's box has half sides int(0.5 * sqrt(1 - lambda) * W) (and H) around a uniform
 pixel, clipped. Every draw is a pure function of (seed, epoch, the batch's first sample index),
 so thread count and resume point cannot change it. Images are N x C x H x W tensors (any
-device, uint8 or float, finite: a sample's unmixed pixels are computed as x * 1 + partner * 0).
+device, uint8 or float, finite: the whole-batch way computes a sample's unmixed pixels as
+x * 1 + partner * 0).
 
-The mixing is a few whole-batch tensor operations with timm's and torchvision's own formulas
-and rounding, never Python per sample or pair: torch runs them without the GIL, which the
-training process needs for its own step.
+On the CPU a batch is mixed in place a pair of samples at a time, in one pass over its memory
+(mix_rows.py); on a device, and for batches small enough for the cache, with a few
+whole-batch tensor operations.
+Both use timm's and torchvision's own formulas and rounding, and neither runs Python per
+pixel: the arithmetic runs without the GIL, which the training process needs for its step.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from . import mix_rows
 from .base import check_probability
 from .scratch import Scratch
 from .streams import generator, stream_of
@@ -127,12 +131,24 @@ def mix_with_partners(x: torch.Tensor, partners: torch.Tensor, lam, cutting, box
     return x
 
 
+def mix_batch(images: torch.Tensor, partners: torch.Tensor, params: dict, one_draw: bool,
+              scratch: tuple[Scratch, Scratch]) -> torch.Tensor:
+    """The whole-batch way, on any device: in float32 (float32 images in place), rounded and
+    clamped back for integer images, returned in the images' dtype."""
+    mixed = mix_with_partners(images.float(), partners, params["lam"], params["cutmix"], params["boxes"],
+                              one_draw, scratch)
+    if not images.is_floating_point():
+        mixed = mixed.round_().clamp_(0, 255)
+    return mixed.to(images.dtype)
+
+
 class Mixup:
     """timm's Mixup(mixup_alpha, cutmix_alpha, prob, switch_prob, mode, correct_lam,
     label_smoothing, num_classes, multi_label); cutmix_minmax is not supported. Multi-hot
     targets of an int or bool dtype are smoothed as multi_label=True without being asked."""
 
     MODES = ("batch", "pair", "elem")
+    PAIRING = mix_rows.FLIP
 
     def __init__(self, mixup_alpha: float = 1.0, cutmix_alpha: float = 0.0, prob: float = 1.0,
                  switch_prob: float = 0.5, mode: str = "batch", correct_lam: bool = True,
@@ -155,6 +171,7 @@ class Mixup:
         self.multi_label = bool(multi_label)
         self._occurrence = 0
         self._scratch = (Scratch(), Scratch())   # the partners' copy and the boxes' mask, kept between batches
+        self._rows_scratch = Scratch()            # a few samples' rows, for the CPU's pass
 
     @property
     def stream(self) -> int:
@@ -187,37 +204,36 @@ class Mixup:
             params = {key: _pairs_to_samples(v, n, key) for key, v in params.items()}
         return params
 
-    def _partners(self, n: int, device) -> torch.Tensor:
+    def partners(self, n: int, device) -> torch.Tensor:
         """timm's partners (``flip(0)``): sample n - 1 - i for sample i; an odd middle is its own."""
         return torch.arange(n - 1, -1, -1, device=device)
 
     def mix_images(self, images: torch.Tensor, params: dict) -> torch.Tensor:
-        """The images mixed (same dtype); float images in place, as timm does (the loader's
-        batch: no second batch in memory)."""
-        partners = self._partners(len(images), images.device)
-        mixed = mix_with_partners(images.float(), partners, params["lam"], params["cutmix"], params["boxes"],
-                                  self.mode == "batch", self._scratch)
-        if not images.is_floating_point():
-            mixed = mixed.round_().clamp_(0, 255)
-        return mixed.to(images.dtype)
+        """The images mixed (same dtype), in place where ``apply`` says."""
+        one_draw = self.mode == "batch"
+        if mix_rows.fits(images):
+            draw = mix_rows.RowDraw.of(params["lam"], params["cutmix"], params["boxes"], one_draw)
+            return mix_rows.mix_rows(images, self.PAIRING, draw, self._rows_scratch)
+        return mix_batch(images, self.partners(len(images), images.device), params, one_draw, self._scratch)
 
     def paste_masks(self, masks: torch.Tensor, params: dict) -> torch.Tensor:
         """Masks (N x H x W) as CutMix means them: a cut sample's mask takes its partner's classes
         in the box, where its pixels took the partner's pixels; the others keep theirs."""
         n, height, width = masks.shape
-        partners = self._partners(n, masks.device)
         inside = box_mask(torch.empty((n, 1, height, width), device=masks.device), params["boxes"],
                           np.asarray(params["cutmix"], bool))[:, 0] > 0
-        return torch.where(inside, masks[partners], masks)
+        return torch.where(inside, masks[self.partners(n, masks.device)], masks)
 
     def apply(self, images: torch.Tensor, targets: torch.Tensor, params: dict, multi_hot: bool = False):
-        """Mixed images (same dtype, `mix_images`) and mixed probability targets (N, C) float32.
-        ``multi_hot``: float (N, C) targets are multi-hot labels, smoothed toward 0.5."""
+        """Mixed images (same dtype) and mixed probability targets (N, C) float32. Float images
+        are mixed in place, as timm does (the loader's batch: no second batch in memory), and
+        so is every CPU batch ``mix_rows.fits``. ``multi_hot``: float (N, C) targets are
+        multi-hot labels, smoothed toward 0.5."""
         owner = f"{type(self).__name__}(batch_transforms)"
         soft = soft_targets(targets.to(images.device), self.num_classes, self.label_smoothing, owner,
                             self.multi_label or multi_hot)
         one_draw = self.mode == "batch"
-        partners = self._partners(len(images), images.device)
+        partners = self.partners(len(images), images.device)
         mixed = self.mix_images(images, params)
         w, w1 = blend_weights(params["lam"], one_draw, images.device)
         if not one_draw:
@@ -247,11 +263,12 @@ class _TorchvisionMixer(Mixup):
     """torchvision's pairing (``roll(1)``: sample i with i - 1) and CutMix box."""
 
     MODES = ("batch", "elem")
+    PAIRING = mix_rows.ROLL
 
     def _cut_boxes(self, lam, cy, cx, height: int, width: int):
         return torchvision_cut_boxes(lam, cy, cx, height, width)
 
-    def _partners(self, n: int, device) -> torch.Tensor:
+    def partners(self, n: int, device) -> torch.Tensor:
         """torchvision's partners (``roll(1, 0)``): sample i - 1 for sample i, the last for the first."""
         return (torch.arange(n, device=device) - 1) % n
 
