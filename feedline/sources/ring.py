@@ -166,7 +166,8 @@ class ArenaRing:
         labels = torch.empty(spec.batch_size, dtype=torch.int64, pin_memory=spec.pin)
         targets = self.targets.allocate(spec.pin) if self.targets else None
         if fmt.mask_dtype is not None:   # written by the workers beside the pixels, handed over as they are
-            targets["mask"] = whole[fmt.mask_offset:fmt.nbytes].view(getattr(torch, fmt.mask_dtype)).view(fmt.mask_shape)
+            masks = whole[fmt.mask_offset:fmt.nbytes].view(getattr(torch, fmt.mask_dtype)).view(fmt.mask_shape)
+            targets = {**(targets or {}), "mask": masks}
         return Slot(number, images, labels, targets, fmt.size)
 
     def resized(self, size: tuple[int, int]) -> "ArenaRing":
