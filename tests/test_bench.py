@@ -351,12 +351,3 @@ def test_mask_codec_bench_quick(tmp_path):
         assert_quotient(r["size / PNG 9"], r["bytes"], base["bytes"])
         assert_quotient(r["time / PNG 9"], r["ms"], base["ms"])
 
-
-def test_targets_bench_quick_has_the_mask_rows(tmp_path):
-    out = tmp_path / "targets.json"
-    run_script("targets", "--quick", "--out", str(out))
-    rows = {r["targets"]: r for r in load(out, "targets")["results"]}
-    assert list(rows) == ["label", "label + labels + boxes", "label + mask (int64)", "label + mask (uint8)"]
-    for r in rows.values():
-        assert positive_finite(r["images/s"])
-        assert_quotient(r["vs label"], r["epoch s"], rows["label"]["epoch s"])
