@@ -10,7 +10,9 @@
 #
 # Environment: MUTANTS_DIR (scratch, default ${TMPDIR:-/tmp}/feedline-mutants),
 # MUTANTS_JOBS (parallel mutants, default 1: the machine is shared), MUTANTS_FROM (worktree,
-# the default, or HEAD: the last commit, unaffected by edits in progress), PY (the venv's python).
+# the default, or HEAD: the last commit, unaffected by edits in progress), PY (the venv's python),
+# MUTANTS_SAMPLE (mutmut name patterns, e.g. '*_mutmut_*[147]': only the mutants they match run,
+# a stated sample for an area whose full run takes hours; the score counts the mutants run).
 set -euo pipefail
 # The whole script is one block, read before it runs: editing it during a run is safe.
 {
@@ -52,8 +54,16 @@ declare -A AREAS=(
              tests/test_shards.py tests/test_ordered.py tests/test_hdf5_writer.py tests/test_hdf5_resume.py
              tests/test_lmdb_writer.py tests/test_lmdb_resume.py tests/test_packer.py tests/test_journal_resume.py"
   [verify]="feedline/verify.py | tests/test_info_verify.py tests/test_checksums.py tests/test_verify.py"
+  [webdataset]="converters/webdataset.py | tests/test_webdataset.py tests/test_webdataset_members.py"
+  [resume]="converters/shards.py converters/upload.py converters/complete.py converters/writers.py |
+            tests/test_shards.py tests/test_shards_resume.py tests/test_upload.py tests/test_pack_resume.py
+            tests/test_journal_resume.py tests/test_writers.py tests/test_complete.py"
+  [lamb]="feedline/train/lamb.py | tests/test_train_lamb.py tests/test_train_flags.py tests/test_train_step.py"
+  [train-eval]="feedline/train/evaluate.py feedline/train/evaluate_targets.py feedline/train/task.py |
+                tests/test_train_evaluate.py tests/test_train_evaluate_targets.py tests/test_train_task.py
+                tests/test_train_targets.py tests/test_train_recipe.py tests/test_train.py"
 )
-ORDER=(order augment substitute plan loader sources dali stores journal verify)
+ORDER=(order augment substitute plan loader sources dali stores journal verify webdataset resume lamb train-eval)
 
 if [[ ! -x $MUTMUT ]]; then
   echo "mutants: $MUTMUT not found; install it: $PY -m pip install 'mutmut>=3.8,<4'" >&2
@@ -91,7 +101,8 @@ with open(path, "w") as f:
     cfg.write(f)
 EOF
   echo "== mutants: $area: mutating" $modules "with" $tests
-  (cd "$dir" && FEEDLINE_MUTATION=1 nice -n 10 "$MUTMUT" run --max-children "$JOBS" > run.log 2>&1) || {
+  read -r -a sample <<< "${MUTANTS_SAMPLE:-}"
+  (cd "$dir" && FEEDLINE_MUTATION=1 nice -n 10 "$MUTMUT" run --max-children "$JOBS" "${sample[@]}" > run.log 2>&1) || {
     echo "mutants: mutmut failed for $area, see $dir/run.log" >&2; tail -20 "$dir/run.log" >&2; status=1; continue; }
   (cd "$dir" && "$MUTMUT" export-cicd-stats > /dev/null 2>&1 && "$MUTMUT" results > survivors.txt 2>&1) || true
   "$PY" - "$dir" "$area" <<'EOF'
@@ -107,7 +118,7 @@ KIND = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests",
         -7: "crash", -11: "crash", -6: "crash"}
 lines = []
 for meta in sorted((folder / "mutants").rglob("*.py.meta")):
-    codes = list(json.loads(meta.read_text())["exit_code_by_key"].values())
+    codes = [c for c in json.loads(meta.read_text())["exit_code_by_key"].values() if c is not None]  # None: not run
     if not codes:
         continue
     c = Counter(KIND.get(code, "other") for code in codes)

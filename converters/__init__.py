@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from feedline.errors import PackError
+from feedline.errors import FeedlineError, PackError
 
 from .options import OnError, OutputFormat, PackOptions
 from .report import PackReport, Skip, SkipReason, read_error_report
@@ -81,8 +81,14 @@ def _pack_tars(tars: list[str], out, options: PackOptions) -> PackReport:
                                "tars-" + hashlib.sha256(out.encode()).hexdigest()[:16])
     else:
         staging = os.path.abspath(out) + ".tars"
-    folder, labels = unpack_tars(tars, staging)
-    report = pack(folder, out, dataclasses.replace(options, labels_csv=labels))
+    staged = unpack_tars(tars, staging)
+    try:
+        report = pack(staged.folder, out, dataclasses.replace(options, labels_csv=staged.labels))
+    except FeedlineError as exc:   # a labels-file error: said of the tar and sample, not the staged line
+        explained = staged.explain(exc)
+        if explained is exc:
+            raise
+        raise explained from None
     shutil.rmtree(staging, ignore_errors=True)
     return report
 

@@ -12,7 +12,7 @@ import time
 from feedline.errors import PackError, StoreError
 from feedline.scan import ScanResult
 
-from .journal import scan_digest
+from .journal import differences, scan_digest
 from .report import PackReport, error_report_path, read_error_report
 
 INPUT_DIGEST_KEY = "input_digest"   # metadata: scan_digest of the input (files, labels, classes)
@@ -30,10 +30,8 @@ def report_complete(scan: ScanResult, out: str, wanted: dict, started: float) ->
                         "pass --overwrite to replace it") from None
     had = meta.get("pack_options") or {}
     if had != wanted:
-        diff = ", ".join(f"{k}: {had.get(k)!r} then, {wanted.get(k)!r} now"
-                         for k in sorted(set(had) | set(wanted)) if had.get(k) != wanted.get(k))
-        raise PackError(f"{out} is complete but was packed with other options ({diff}); rerun with the "
-                        "same options, or pass --overwrite to replace it")
+        raise PackError(f"{out} is complete but was packed with other options ({differences(had, wanted)}); "
+                        "rerun with the same options, or pass --overwrite to replace it")
     digest = meta.get(INPUT_DIGEST_KEY)
     same_input = digest == scan_digest(scan) if digest is not None else meta.get("source") == scan.root
     if not same_input:

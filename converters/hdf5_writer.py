@@ -32,7 +32,7 @@ from feedline.targets import TARGET_DTYPES
 
 from .disk_space import write_failed
 from .journal import JournalEntry
-from .writer_base import Writer, remove_quietly, start_writeback
+from .writer_base import HDF5_STAGING_SUFFIXES, Writer, remove_quietly, start_writeback
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +60,9 @@ def images_offset() -> int:
 class Hdf5Writer(Writer):
     def __init__(self, out: str):
         super().__init__(out)
-        self.staging_path = self.partial_path + ".images"
-        self.journal_path = self.partial_path + ".journal"
-        self.masks_path = self.partial_path + ".masks"   # the records' masks, staged the same way
+        # the staged bytes, the journal, the records' masks (staged as the bytes are, once the first comes)
+        self.staging_path, self.journal_path, self.masks_path = (self.partial_path + suffix
+                                                                 for suffix in HDF5_STAGING_SUFFIXES)
         self._staging: int | None = None
         self._journal: int | None = None
         self._masks: int | None = None

@@ -39,6 +39,12 @@ def scan_digest(scan: ScanResult) -> str:
     return h.hexdigest()
 
 
+def differences(then: dict, now: dict) -> str:
+    """The pack options that differ, as "quality: 95 then, 80 now, ..." (in name order)."""
+    return ", ".join(f"{k}: {then.get(k)!r} then, {now.get(k)!r} now"
+                     for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k))
+
+
 @dataclass
 class JournalEntry:
     chunk: int                   # 0, 1, 2, ... in commit order
@@ -98,10 +104,7 @@ def check_entries(entries: list[JournalEntry], options: dict, digest: str, where
         return
     last = entries[-1]
     if last.options != options:
-        diff = ", ".join(f"{k}: {last.options.get(k)!r} then, {options.get(k)!r} now"
-                         for k in sorted(set(options) | set(last.options))
-                         if options.get(k) != last.options.get(k))
-        raise PackError(f"{where}: the interrupted pack used other options ({diff}); "
+        raise PackError(f"{where}: the interrupted pack used other options ({differences(last.options, options)}); "
                         "rerun with the same options, or start over with --overwrite and no --resume")
     if last.digest != digest:
         raise PackError(f"{where}: the source folder changed since the interrupted pack "

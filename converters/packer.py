@@ -76,7 +76,7 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
     fmt = format_for(out, options.format)
     _check_out(out, options)
     check_resizing(scan, options.max_side)
-    writer = make_writer(fmt, out)
+    writer = make_writer(fmt, out, options.resume)
     leftovers = writer.leftovers()
     if leftovers and not options.resume:
         log.warning("%s: discarding an unfinished pack (pass --resume to continue it)", leftovers[0])

@@ -25,7 +25,7 @@ from feedline.scan import ScanResult, scan_folder, shuffled
 from feedline.stores import ShardedStore, open_dataset
 
 from .disk_space import check_room_for, file_sizes
-from .journal import scan_digest
+from .journal import differences, scan_digest
 from .options import PackOptions, format_for
 from .packer import pack_scan
 from .records import with_flip_pairs
@@ -57,9 +57,40 @@ def plan_shards(scan: ScanResult, options: PackOptions) -> list[tuple[int, int]]
 def pack_id_of(scan: ScanResult, options: PackOptions, fmt, ranges: list[tuple[int, int]]) -> str:
     """The same for every shard of one pack, on any machine: the input, the options that
     shape the output (the labels file by content, not by its path) and the plan."""
-    wanted = {k: v for k, v in options.output_options(fmt).items() if k != "labels_csv"}
     # scan_digest covers the fields' values: shards packed from other labels files do not join.
+    wanted = shaping(options.output_options(fmt))
     return hashlib.sha256(json.dumps([scan_digest(scan), wanted, ranges], sort_keys=True).encode()).hexdigest()[:32]
+
+
+def shaping(pack_options: dict) -> dict:
+    """The pack options a pack id covers: all but the labels file's path (its content is in the digest)."""
+    return {k: v for k, v in pack_options.items() if k != "labels_csv"}
+
+
+def other_pack(then_options: dict, then_count: int, wanted: dict, count: int, root: str) -> str:
+    """How an earlier pack of the same OUT differs from this one, for a refusal: its options,
+    else its split, else its input."""
+    diff = differences(shaping(then_options), shaping(wanted))
+    if diff:
+        return f"used other options ({diff})"
+    if then_count != count:
+        return f"cut the files into {then_count} shards, this run into {count}"
+    return f"was made from other files or labels than {root} holds now, or cut elsewhere (--shard-size)"
+
+
+def refuse_other_index(raw: bytes, where: str, pack_id: str, wanted: dict, count: int, root: str) -> None:
+    """PackError unless ``raw`` is the index of this pack: a complete data set of another one is
+    replaced only with --overwrite."""
+    try:
+        had = json.loads(raw)
+    except ValueError:
+        had = None
+    if not isinstance(had, dict) or not isinstance(had.get("pack_options"), dict):
+        raise PackError(f"{where} already exists and is not a shard index feedline wrote; pass --overwrite to "
+                        "replace it")
+    if had.get("pack_id") != pack_id:
+        why = other_pack(had["pack_options"], len(had.get("shards") or []), wanted, count, root)
+        raise PackError(f"{where}: a complete data set whose pack {why}; pass --overwrite to replace it")
 
 
 def scan_part(scan: ScanResult, start: int, stop: int) -> ScanResult:
@@ -78,6 +109,7 @@ def pack_sharded(src: str | os.PathLike, out: str | os.PathLike, options: PackOp
     if options.shard_index is not None and options.shard_index >= count:
         raise PackError(f"--shard-index {options.shard_index}: this split has {count} shards (0..{count - 1})")
     pack_id = pack_id_of(scan, options, fmt, ranges)
+    _refuse_another_pack(out, count, pack_id, options, options.output_options(fmt), scan.root)
     wanted = range(count) if options.shard_index is None else [options.shard_index]
     todo = [k for k in wanted if not _done(shard_name(out, k, count), pack_id, options)]
     clash = [shard_name(out, k, count) for k in todo if os.path.lexists(shard_name(out, k, count))]
@@ -106,6 +138,49 @@ def pack_sharded(src: str | os.PathLike, out: str | os.PathLike, options: PackOp
                  "(the run that packs the last one writes it too)",
                  sum(os.path.exists(shard_name(out, k, count)) for k in range(count)), count, out, out)
     return combined_report(reports, index or reports[0].out, fmt.value, time.perf_counter() - started)
+
+
+def _refuse_another_pack(out: str, count: int, pack_id: str, options: PackOptions, wanted: dict, root: str) -> None:
+    """An earlier pack of OUT that this one must neither replace nor continue: a complete set
+    of another pack (its index) without --overwrite, and with --resume, shards (complete or
+    begun) of another pack or split; each refusal says what differs."""
+    if options.overwrite:
+        return
+    index = shard_index(out)
+    if os.path.exists(index):
+        with open(index, "rb") as fh:
+            refuse_other_index(fh.read(), index, pack_id, wanted, count, root)
+    if not options.resume:
+        return
+    redo = "or start over with --overwrite and no --resume"
+    for name, then, complete in _shard_files(out):
+        if then != count:
+            raise PackError(f"{name}: the interrupted pack cut the files into {then} shards, this run into {count}; "
+                            f"rerun with the same --num-shards or --shard-size, {redo}")
+        if complete:
+            with open_dataset(name) as store:
+                meta = store.meta
+            if meta.get("shard", {}).get("pack_id") != pack_id:
+                why = other_pack(meta.get("pack_options") or {}, count, wanted, count, root)
+                raise PackError(f"{name}: the interrupted pack {why}; rerun with the same options, {redo}")
+
+
+def _shard_pattern(out: str):
+    """OUT-NNNNN-of-NNNNN.EXT of ``out`` (absolute), then anything (a partial's suffixes)."""
+    stem, ext = os.path.splitext(out)
+    return re.compile(re.escape(os.path.basename(stem)) + _SHARD_RE + re.escape(ext))
+
+
+def _shard_files(out: str) -> list[tuple[str, int, bool]]:
+    """(path, shards in its split, complete) of each shard of ``out`` here, complete or begun."""
+    stem, ext = os.path.splitext(out)
+    pattern, found = _shard_pattern(out), []
+    for path in sorted(glob.glob(glob.escape(stem) + "-*-of-*" + glob.escape(ext) + "*")):
+        match = pattern.match(os.path.basename(path))
+        rest = os.path.basename(path)[match.end():] if match else None
+        if rest == "" or (rest is not None and rest.startswith(".partial")):
+            found.append((path, int(match[2]), rest == ""))
+    return found
 
 
 def _done(name: str, pack_id: str, options: PackOptions) -> bool:
@@ -151,9 +226,8 @@ def join(out: str | os.PathLike, count: int | None = None) -> str:
     once, none missing, one pack, one class list."""
     out = os.path.abspath(os.fspath(out))
     stem, ext = os.path.splitext(out)
-    pattern = re.compile(re.escape(os.path.basename(stem)) + _SHARD_RE + re.escape(ext) + "$")
-    found = [f for f in sorted(glob.glob(glob.escape(stem) + "-*-of-*" + glob.escape(ext)))
-             if pattern.match(os.path.basename(f))]
+    found = [path for path, _, complete in _shard_files(out) if complete]
+    pattern = _shard_pattern(out)
     if count is not None:
         found = [f for f in found if int(pattern.match(os.path.basename(f))[2]) == count]
     if not found:

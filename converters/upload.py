@@ -6,7 +6,8 @@ shards they will not read), then removed locally: the local disk holds one shard
 time. The index (``train.shards.json``) is uploaded last, so a reader never finds a
 partial data set. ``resume`` keeps the shards whose head is in the bucket already for
 this very pack (same input, options and split: the pack id); a killed upload therefore
-continues to the same objects.
+continues to the same objects. A shard or a complete data set of another pack under the same
+names is replaced only with ``overwrite``; the refusal says which options (or split) differ.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import os
 import posixpath
 import shutil
 import time
+from dataclasses import replace
 
 from feedline.errors import PackError
 from feedline.format import SHARD_INDEX_FORMAT, SHARD_INDEX_VERSION, shard_index, shard_name
@@ -27,7 +29,8 @@ from feedline.stores.shard_head import HEAD_SUFFIX, head_bytes, parse_head
 from .options import PackOptions, format_for
 from .packer import pack_scan
 from .report import PackReport, Skip
-from .shards import combined_report, common_pack_options, pack_id_of, scan_part, plan_shards
+from .shards import (combined_report, common_pack_options, other_pack, pack_id_of, plan_shards,
+                     refuse_other_index, scan_part)
 
 log = logging.getLogger(__name__)
 
@@ -52,18 +55,23 @@ def pack_to_bucket(src: str | os.PathLike, url: str, options: PackOptions,
     if bucket.size(index_key) is not None and not (options.overwrite or options.resume):
         raise PackError(f"{bucket.url(index_key)} already exists; pass --overwrite to replace the data set, "
                         "or --resume to finish an upload of the same pack")
+    shard_keys = [posixpath.join(posixpath.dirname(key), posixpath.basename(shard_name(key, k, count)))
+                  for k in range(count)]
+    wanted = options.output_options(fmt)
+    if not options.overwrite:
+        _refuse_another_pack(bucket, index_key, pack_id, wanted, count, scan.root)
+    done = {k: _uploaded(bucket, shard_keys[k], pack_id, wanted, count, scan.root) for k in range(count)
+            if options.resume and not options.overwrite}
     staging = os.path.join(remote.cache_root, "upload", pack_id)
     os.makedirs(staging, exist_ok=True)
     local_out = os.path.join(staging, posixpath.basename(key))
     reports, entries, metas = [], [], []
-    for k in range(count):
-        name = posixpath.basename(shard_name(key, k, count))
-        shard_key = posixpath.join(posixpath.dirname(key), name)
+    for k, shard_key in enumerate(shard_keys):
+        name = posixpath.basename(shard_key)
         not_taken = [Skip.of(p) for p in scan.problems] if k == 0 else []
-        done = _uploaded(bucket, shard_key, pack_id) if options.resume else None
-        if done is not None:
+        if done.get(k) is not None:
             log.info("%s: already uploaded (resume)", bucket.url(shard_key))
-            meta, size = done
+            meta, size = done[k]
             reports.append(PackReport(out=bucket.url(shard_key), format=fmt.value, found=meta["count"],
                                       packed=meta["count"], converted=0, resumed_from=meta["count"]))
         else:
@@ -76,7 +84,8 @@ def pack_to_bucket(src: str | os.PathLike, url: str, options: PackOptions,
             bucket.upload(local, shard_key)
             bucket.write(shard_key + HEAD_SUFFIX, head)   # last: a head in the bucket marks the shard complete
             _remove_local(local)
-            reports.append(report)
+            # Where the shard is now; its list of skipped files stays in the report alone.
+            reports.append(replace(report, out=bucket.url(shard_key), error_report=None))
         entries.append({"file": name, "count": meta["count"], "bytes": size})
         metas.append(meta)
     index = {"format": SHARD_INDEX_FORMAT, "version": SHARD_INDEX_VERSION,
@@ -91,21 +100,34 @@ def pack_to_bucket(src: str | os.PathLike, url: str, options: PackOptions,
 
 def replace_out(options: PackOptions) -> PackOptions:
     """Each local shard is written afresh (a leftover of a killed run is replaced)."""
-    from dataclasses import replace
     return replace(options, resume=False, overwrite=True, progress=options.progress)
 
 
-def _uploaded(bucket: Bucket, shard_key: str, pack_id: str) -> tuple[dict, int] | None:
-    """(metadata, size) of a shard of this pack whose upload completed, else None."""
+def _refuse_another_pack(bucket: Bucket, index_key: str, pack_id: str, wanted: dict, count: int, root: str) -> None:
+    """A complete data set at the index of another pack is replaced only with --overwrite."""
+    try:
+        raw = bucket.read(index_key)
+    except MissingObjectError:
+        return
+    refuse_other_index(raw, bucket.url(index_key), pack_id, wanted, count, root)
+
+
+def _uploaded(bucket: Bucket, shard_key: str, pack_id: str, wanted: dict, count: int,
+              root: str) -> tuple[dict, int] | None:
+    """(metadata, size) of a shard of this pack whose upload completed; None when there is none.
+    A shard of another pack under that name is refused: --resume continues one pack, and
+    packing again over the other's shards would replace them."""
     try:
         raw = bucket.read(shard_key + HEAD_SUFFIX)
     except MissingObjectError:
         return None
     meta = parse_head(raw, bucket.url(shard_key + HEAD_SUFFIX))[0]
     size = bucket.size(shard_key)
-    if meta.get("shard", {}).get("pack_id") != pack_id or size is None:
-        return None
-    return meta, size
+    if meta.get("shard", {}).get("pack_id") != pack_id:
+        why = other_pack(meta.get("pack_options") or {}, meta.get("shard", {}).get("of"), wanted, count, root)
+        raise PackError(f"{bucket.url(shard_key)}: the interrupted pack {why}; rerun with the same options, "
+                        "or start over with --overwrite and no --resume")
+    return (meta, size) if size is not None else None
 
 
 def _remove_local(path: str) -> None:

@@ -1,12 +1,15 @@
 """WebDataset tar shards as a pack's input: `feedline pack 'data/train-*.tar' OUT`.
 
-A WebDataset sample is the files of one tar that share a key (the name up to its first
-dot): an image (``KEY.jpg``, ``.jpeg`` or ``.png``) and its label, ``KEY.cls`` (a class
-number) or ``KEY.json`` (``{"label": ..}``, ``{"cls": ..}`` or the labels file's other fields:
-labels, target, boxes, keypoints). The samples are written out once into a staging folder (the tar's name as a
-subfolder, so keys of different tars cannot collide) with a JSON Lines labels file, which
-the ordinary pack then reads: every check, conversion and report applies unchanged. The
-staging folder's place depends on OUT alone, so ``--resume`` finds the same files.
+A WebDataset sample is the files of one tar that share a key (the member's name up to the
+first dot of its base name): an image (``KEY.jpg``, ``.jpeg`` or ``.png``, in any case, such
+as ImageNet's ``.JPEG``) and its targets: ``KEY.cls`` (the label: a class number or name)
+and/or ``KEY.json`` (``{"label": ..}`` or ``{"cls": ..}``, and the labels file's other
+fields: labels, target, boxes, keypoints; a ``KEY.cls`` beside it gives the label). The
+samples are written out once into a staging folder (the tar's name as a subfolder, so keys of
+different tars cannot collide; a key's folders as folders) with a JSON Lines labels file,
+which the ordinary pack then reads: every check, conversion and report applies unchanged, and
+its errors name the tar and the sample (`Staged.explain`). The staging folder's place depends
+on OUT alone, so ``--resume`` finds the same files.
 """
 from __future__ import annotations
 
@@ -15,7 +18,10 @@ import json
 import logging
 import os
 import posixpath
+import re
+import shutil
 import tarfile
+from dataclasses import dataclass
 
 from feedline.errors import FeedlineError
 
@@ -23,6 +29,28 @@ log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 LABELS_NAME = "labels.jsonl"
+
+
+@dataclass(frozen=True)
+class Staged:
+    """The tars' samples as an image folder and a labels file, one line per image."""
+
+    folder: str
+    labels: str
+    origins: list[tuple[str, str]]   # line k + 1 of the labels file: (tar, sample key)
+
+    def where(self, line: int) -> str:
+        tar, key = self.origins[line - 1]
+        return f"{tar}: sample {key}"
+
+    def explain(self, exc: FeedlineError) -> FeedlineError:
+        """``exc`` in the tars' terms when it speaks of the staged labels file's lines: each
+        "line N" becomes "TAR: sample KEY" (the file the user can correct)."""
+        text = str(exc)
+        if self.labels not in text:
+            return exc
+        text = re.sub(r"\bline (\d+)", lambda m: self.where(int(m[1])), text.replace(f"{self.labels}: ", ""))
+        return type(exc)(text)   # FeedlineError, PackError, TargetRefused: built from the message alone
 
 
 def tar_inputs(src) -> list[str] | None:
@@ -48,10 +76,13 @@ def tar_inputs(src) -> list[str] | None:
     return paths
 
 
-def unpack_tars(paths: list[str], staging: str) -> tuple[str, str]:
-    """The samples of ``paths`` as (image folder, JSON Lines labels file) under ``staging``."""
-    os.makedirs(staging, exist_ok=True)
-    rows, unlabeled = [], 0
+def unpack_tars(paths: list[str], staging: str) -> Staged:
+    """The labelled samples of ``paths`` as an image folder and a JSON Lines labels file under
+    ``staging``. Images staged by an earlier run are removed first: a pack takes the tars it is
+    given, no more (a resumed one finds the same bytes again)."""
+    images = os.path.join(staging, "images")
+    shutil.rmtree(images, ignore_errors=True)
+    rows, origins, unlabelled = [], [], []
     for path in paths:
         folder = os.path.splitext(os.path.basename(path))[0]
         samples = _samples(path)
@@ -60,31 +91,36 @@ def unpack_tars(paths: list[str], staging: str) -> tuple[str, str]:
             image = next((s for s in IMAGE_SUFFIXES if s in files), None)
             if image is None:
                 continue
-            row = _label(files, f"{path}:{key}")
+            row = _targets(files, path, key)
             if row is None:
-                unlabeled += 1
+                unlabelled.append(f"{path}: sample {key}")
                 continue
-            rel = posixpath.join(folder, key.replace("/", "_") + image)
-            target = os.path.join(staging, "images", rel)
+            written, data = files[image]
+            rel = posixpath.join(folder, key + written)   # the suffix as written: ImageNet's .JPEG stays
+            target = os.path.join(images, rel)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with open(target, "wb") as fh:
-                fh.write(files[image])
+                fh.write(data)
             rows.append({"path": rel, **row})
+            origins.append((path, key))
     if not rows:
         raise FeedlineError(f"{paths[0]}{' ...' if len(paths) > 1 else ''}: no labelled images in the tar files "
                             f"(looked for KEY{'/'.join(IMAGE_SUFFIXES)} with KEY.cls or KEY.json beside it)")
-    if unlabeled:
-        log.warning("%d image(s) in the tar files have no KEY.cls or KEY.json beside them: not packed", unlabeled)
+    _check_same_fields(rows, origins)
+    if unlabelled:
+        log.warning("%d image(s) in the tar files have no label (KEY.cls, or a KEY.json naming %s): not packed; "
+                    "the first: %s", len(unlabelled), _field_words(), unlabelled[0])
     labels = os.path.join(staging, LABELS_NAME)
     with open(labels, "w", encoding="utf-8") as fh:
         for row in rows:
             fh.write(json.dumps(row) + "\n")
-    return os.path.join(staging, "images"), labels
+    return Staged(images, labels, origins)
 
 
-def _samples(path: str) -> dict[str, dict[str, bytes]]:
-    """{key: {".jpg": bytes, ".cls": bytes, ...}} of one tar, read in one pass."""
-    samples: dict[str, dict[str, bytes]] = {}
+def _samples(path: str) -> dict[str, dict[str, tuple[str, bytes]]]:
+    """{key: {".jpg": (".JPG" as written, bytes), ".cls": ...}} of one tar, read in one pass;
+    suffixes compared in lower case."""
+    samples: dict[str, dict[str, tuple[str, bytes]]] = {}
     try:
         with tarfile.open(path, "r:*") as tar:
             for member in tar:
@@ -92,32 +128,54 @@ def _samples(path: str) -> dict[str, dict[str, bytes]]:
                     continue
                 directory, base = posixpath.split(member.name)
                 stem, dot, rest = base.partition(".")
-                if not dot:
+                if not (dot and stem):   # no suffix, or a hidden file (._a.jpg): not a sample's part
                     continue
-                key = posixpath.join(directory, stem)
-                suffix = "." + rest.lower()
+                parts = [p for p in directory.split("/") if p not in ("", ".")]
+                if ".." in parts:
+                    raise FeedlineError(f"{path}: member {member.name} lies outside the tar's folder (a '..' in "
+                                        "its name); write the shard with names relative to its root")
                 data = tar.extractfile(member).read()
-                samples.setdefault(key, {})[suffix] = data
+                samples.setdefault("/".join([*parts, stem]), {})["." + rest.lower()] = ("." + rest, data)
     except (tarfile.TarError, OSError) as exc:
         raise FeedlineError(f"{path}: not a readable tar file ({exc})") from None
     return samples
 
 
-def _label(files: dict[str, bytes], where: str) -> dict | None:
-    if ".cls" in files:
-        text = files[".cls"].decode("utf-8", "replace").strip()
-        try:
-            return {"label": int(text)}
-        except ValueError:
-            return {"label": text}
+def _targets(files: dict[str, tuple[str, bytes]], path: str, key: str) -> dict | None:
+    """The sample's labels-file fields: the label from KEY.cls, else KEY.json's "label" or
+    "cls"; the other fields from KEY.json. None when it has neither."""
+    from feedline.fields import FIELD_NAMES   # the labels file's fields, by their own names
+    row: dict = {}
     if ".json" in files:
         try:
-            meta = json.loads(files[".json"])
+            meta = json.loads(files[".json"][1])
         except ValueError as exc:
-            raise FeedlineError(f"{where}.json: not JSON ({exc})") from None
-        if not isinstance(meta, dict):
-            return {"label": meta} if isinstance(meta, (int, str)) else None
-        from feedline.fields import FIELD_NAMES   # the labels file's fields, by their own names
-        row = {k: meta[k] for k in FIELD_NAMES if k in meta}
-        return row or ({"label": meta["cls"]} if "cls" in meta else None)
-    return None
+            raise FeedlineError(f"{path}: {key}.json is not JSON ({exc})") from None
+        if isinstance(meta, dict):
+            row = {k: meta[k] for k in FIELD_NAMES if k in meta}
+            if "label" not in row and "cls" in meta:
+                row["label"] = meta["cls"]
+        elif isinstance(meta, (int, str)) and not isinstance(meta, bool):
+            row = {"label": meta}
+    if ".cls" in files:   # text, as a labels CSV's cell: "7" is class 7, "tench" a name
+        try:
+            row["label"] = files[".cls"][1].decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise FeedlineError(f"{path}: {key}.cls is not UTF-8 text ({exc})") from None
+    return row or None
+
+
+def _check_same_fields(rows: list[dict], origins: list[tuple[str, str]]) -> None:
+    first = sorted(set(rows[0]) - {"path"})
+    for row, (tar, key) in zip(rows, origins):
+        mine = sorted(set(row) - {"path"})
+        if mine != first:
+            raise FeedlineError(f"{tar}: sample {key} has {', '.join(mine)}, but sample {origins[0][1]} "
+                                f"({os.path.basename(origins[0][0])}) has {', '.join(first)}: every sample needs "
+                                "the same fields (KEY.cls gives a label; KEY.json the fields it names)")
+
+
+def _field_words() -> str:
+    from feedline.fields import FIELD_NAMES
+    names = ["label", "cls", *(n for n in FIELD_NAMES if n != "label")]
+    return ", ".join(names[:-1]) + " or " + names[-1]

@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from .journal import JournalEntry
 
 PARTIAL_SUFFIX = ".partial"
+HDF5_STAGING_SUFFIXES = (".images", ".journal", ".masks")   # OUT.partial + each: staged bytes, journal, masks
 
 
 class ChunkLost(Exception):

@@ -186,3 +186,14 @@ def test_resume_is_refused_when_a_labels_file_changed_a_target_value(tmp_path, m
         fh.writelines(json.dumps(r) + "\n" for r in rows)
     with pytest.raises(PackError, match="source folder changed since the interrupted pack"):
         pack(src, partial, labels_csv=labels, commit_every=2, resume=True)
+
+
+@pytest.mark.parametrize("ext", ["lmdb", "h5"])
+def test_threads_and_commit_size_may_change_on_resume(mixed, tmp_path, monkeypatch, ext):
+    """Neither shapes the output (they are not in the journal's options): the resumed pack goes
+    on from the last commit and ends as an uninterrupted one."""
+    whole = records_of(pack(mixed, str(tmp_path / f"whole.{ext}")).out)
+    out = str(tmp_path / f"o.{ext}")
+    interrupted(mixed, out, monkeypatch)
+    report = pack(mixed, out, commit_every=5, jobs=2, resume=True)
+    assert report.resumed_from == 9 and records_of(out) == whole

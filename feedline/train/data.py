@@ -30,7 +30,7 @@ def _num_classes(store: Store) -> int:
 
 def open_data(cfg: TrainConfig, info: DistInfo) -> Data:
     """Open TRAIN and --val and check what would otherwise fail late or silently: a batch
-    larger than one rank's share, --val without labels or with other classes than TRAIN."""
+    larger than one rank's share, a --val too small for the ranks (its targets: task.py)."""
     if cfg.train is None:  # --synthetic without data
         return Data(None, None, cfg.num_classes or 1000)
     train = open_dataset(cfg.train)
@@ -47,26 +47,16 @@ def open_data(cfg: TrainConfig, info: DistInfo) -> Data:
         num_classes = cfg.num_classes
     val = open_dataset(cfg.val) if cfg.val is not None else None
     if val is not None:
-        _check_val(val, train, num_classes, cfg, info.world_size)
+        _check_val(val, cfg, info.world_size)
     return Data(train, val, num_classes)
 
 
-def _check_val(val: Store, train: Store, num_classes: int, cfg: TrainConfig, world_size: int) -> None:
-    if len(val.classes) <= 1 < len(train.classes):
-        raise TrainError(f"--val {cfg.val} has no labels (one class, {val.classes[0]!r}, for all "
-                         f"{len(val)} images); lay it out as TRAIN is, one folder per class, "
-                         "or pass a labels CSV when packing it")
-    if val.classes != train.classes:
-        extra = sorted(set(val.classes) - set(train.classes))[:3]
-        hint = f" (e.g. {', '.join(extra)} is not in TRAIN)" if extra else ""
-        raise TrainError(f"--val {cfg.val} has other classes than TRAIN {cfg.train}: {len(val.classes)} "
-                         f"vs {len(train.classes)}{hint}; both need the same class folders")
+def _check_val(val: Store, cfg: TrainConfig, world_size: int) -> None:
+    """What --val needs whatever the run learns; its targets are checked against the task
+    (`task.check_val`)."""
     if len(val) < world_size:
         raise TrainError(f"--val {cfg.val} has {len(val)} images for {world_size} ranks; every rank "
                          "needs at least one")
-    if len(val.labels) and int(val.labels.max()) >= num_classes:
-        raise TrainError(f"--val {cfg.val} has label {int(val.labels.max())}, beyond the "
-                         f"{num_classes} classes of TRAIN; pack both with the same classes")
 
 
 def make_loader(store: Store, cfg: TrainConfig, info: DistInfo, dtype: torch.dtype, train: bool,

@@ -22,32 +22,41 @@ class Lamb(torch.optim.Optimizer):
         grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
         if not grads:
             return loss
-        max_norm = self.defaults["max_grad_norm"]
-        clip = torch.ones((), device=grads[0].device)
-        if max_norm is not None:
-            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
-            clip = torch.clamp(norm / max_norm, min=1.0)
+        clip = self._clip(grads)
         for group in self.param_groups:
-            beta1, beta2 = group["betas"]
             for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad.float() / clip
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
-                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
-                state["step"] += 1
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                m.mul_(beta1).add_(grad, alpha=1 - beta1)
-                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                denom = (v / (1 - beta2 ** state["step"])).sqrt_().add_(group["eps"])
-                update = (m / (1 - beta1 ** state["step"])) / denom
-                if group["weight_decay"] != 0:
-                    update.add_(p.float(), alpha=group["weight_decay"])
-                    w_norm, u_norm = p.float().norm(), update.norm()
-                    ratio = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-                    update.mul_(ratio)
-                p.add_(update.to(p.dtype), alpha=-group["lr"])
+                if p.grad is not None:
+                    self._update(p, group, clip)
         return loss
+
+    # The two parts of a step are plain methods (step's no_grad covers them), so that each can
+    # be read, and mutated, on its own.
+    def _clip(self, grads: list[torch.Tensor]) -> torch.Tensor:
+        """What every gradient is divided by: the global norm over all groups / max_grad_norm,
+        at least 1."""
+        max_norm = self.defaults["max_grad_norm"]
+        if max_norm is None:
+            return torch.ones((), device=grads[0].device)
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+        return torch.clamp(norm / max_norm, min=1.0)
+
+    def _update(self, p: torch.Tensor, group: dict, clip: torch.Tensor) -> None:
+        beta1, beta2 = group["betas"]
+        grad = p.grad.float() / clip
+        state = self.state[p]
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+            state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+        state["step"] += 1
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m.mul_(beta1).add_(grad, alpha=1 - beta1)
+        v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        denom = (v / (1 - beta2 ** state["step"])).sqrt_().add_(group["eps"])
+        update = (m / (1 - beta1 ** state["step"])) / denom
+        if group["weight_decay"] != 0:   # only a decaying group adapts its step (timm: always_adapt=False)
+            update.add_(p.float(), alpha=group["weight_decay"])
+            w_norm, u_norm = p.float().norm(), update.norm()
+            ratio = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+            update.mul_(ratio)
+        p.add_(update.to(p.dtype), alpha=-group["lr"])

@@ -99,24 +99,50 @@ def task_of(data, task_choice: TaskChoice | str = TaskChoice.AUTO) -> Task:
     """The task of a run's Data (train.data), checked against --val; ``data.num_classes``
     becomes the model's output width."""
     task = choose_task(data.train, data.num_classes, task_choice)
-    check_val_fields(data.val, data.train, task)
+    check_val(data.val, data.train, task, data.num_classes)
     data.num_classes = task.outputs
     return task
 
 
-def check_val_fields(val, train, task: Task) -> None:
-    """--val must hold the field the run learns, with the same width."""
-    if val is None or task.kind == CLASSIFY:
+def check_val(val, train, task: Task, num_classes: int) -> None:
+    """--val must hold the field the run learns, as TRAIN holds it: a classifier's label with
+    TRAIN's classes (more than one), a multi-label run's labels with TRAIN's class list, a
+    regression's target with as many numbers per image. Other fields (a label beside labels)
+    are not the run's business."""
+    if val is None:
         return
-    if task.field not in val.fields or val.fields[task.field] != train.fields[task.field] and task.kind == REGRESSION:
-        raise TrainError(f"--val {val.filename} has fields {sorted(val.fields)}, but the run learns "
-                         f"{task.field!r} {train.fields[task.field]} from TRAIN {train.filename}: pack "
-                         f"both from labels files with the same {task.field!r} column")
-    theirs = val.target_columns.kinds[task.field].classes_beside(IGNORE_INDEX) if task.kind == SEGMENTATION else 0
-    if theirs > task.outputs:
-        raise TrainError(f"--val {val.filename}'s masks hold classes up to {theirs - 1}, beyond the {task.outputs} "
-                         f"of TRAIN {train.filename}'s: pack both with the same classes")
-    mine, theirs = train.class_lists.get(task.field), val.class_lists.get(task.field)
-    if task.kind == MULTI_LABEL and mine != theirs:
-        raise TrainError(f"--val {val.filename} has other {task.field} classes than TRAIN {train.filename}: "
-                         f"{len(theirs or [])} vs {len(mine or [])}; pack both with the same class names")
+    name, field = f"--val {val.filename}", task.field
+    if field not in val.fields:
+        how = "a label column (or class folders)" if task.kind == CLASSIFY else f"a {field} column"
+        raise TrainError(f"{name} holds {', '.join(val.fields)}, but the run learns {field} from TRAIN "
+                         f"{train.filename}: pack --val with {how} too")
+    if task.kind == SEGMENTATION:
+        theirs = val.target_columns.kinds[field].classes_beside(IGNORE_INDEX)
+        if theirs > task.outputs:
+            raise TrainError(f"{name}'s masks hold classes up to {theirs - 1}, beyond the {task.outputs} of TRAIN "
+                             f"{train.filename}'s: pack both with the same classes")
+        return
+    if task.kind == REGRESSION:
+        mine, theirs = train.fields[field].get("width", 1), val.fields[field].get("width", 1)
+        if mine != theirs:
+            raise TrainError(f"{name} has {theirs} target numbers per image, TRAIN {train.filename} has {mine}: "
+                             "pack both from labels files with the same target column")
+        return
+    mine, theirs = train.class_lists.get(field, []), val.class_lists.get(field, [])
+    if task.kind == CLASSIFY and len(theirs) <= 1 < len(mine):
+        raise TrainError(f"{name} has no labels (one class, {theirs[0] if theirs else None!r}, for all {len(val)} "
+                         "images); lay it out as TRAIN is, one folder per class, or pass a labels CSV when packing it")
+    if mine != theirs:
+        raise TrainError(f"{name} has other {field} classes than TRAIN {train.filename}: {_differences(mine, theirs)}; "
+                         "pack both with the same classes (class folders or names)")
+    if task.kind == CLASSIFY and len(val.labels) and int(val.labels.max()) >= num_classes:
+        raise TrainError(f"{name} has label {int(val.labels.max())}, beyond the {num_classes} classes of TRAIN "
+                         f"{train.filename}; pack both with the same classes")
+
+
+def _differences(mine: list[str], theirs: list[str]) -> str:
+    """The first class --val has that TRAIN lacks, and the first TRAIN has that --val lacks."""
+    extra = [c for c in theirs if c not in mine]
+    missing = [c for c in mine if c not in theirs]
+    said = [f"{c} is not in TRAIN" for c in extra[:1]] + [f"{c} of TRAIN is not in --val" for c in missing[:1]]
+    return ", ".join(said) or "the same classes in another order"
