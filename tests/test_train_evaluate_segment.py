@@ -75,3 +75,18 @@ def test_validation_masks_with_more_classes_than_trainings_are_refused(tmp_path,
     line = one_line_error(capsys, [train, "--val", tmp_path / "val.lmdb", *FAST, "--batch-size", "2",
                                    "--out", tmp_path / "r"])
     assert "masks hold classes up to 12, beyond the 5 of TRAIN" in line
+
+
+def test_masks_with_nothing_but_ignore_index_have_nothing_to_learn(tmp_path, capsys):
+    from PIL import Image
+    src = tmp_path / "src"
+    src.mkdir()
+    rows = ["path,mask"]
+    for i in range(4):
+        Image.fromarray(np.full((16, 16, 3), 90, np.uint8)).save(src / f"{i}.png")
+        Image.fromarray(np.full((16, 16), IGNORE_INDEX, np.uint8)).save(src / f"{i}_mask.png")
+        rows.append(f"{i}.png,{i}_mask.png")
+    (tmp_path / "l.csv").write_text("\n".join(rows) + "\n")
+    pack(str(src), str(tmp_path / "t.lmdb"), labels_csv=str(tmp_path / "l.csv"), progress=False)
+    line = one_line_error(capsys, [tmp_path / "t.lmdb", *FAST, "--batch-size", "2", "--out", tmp_path / "r"])
+    assert "its masks hold no class but 255 (ignored): nothing to learn" in line
