@@ -1,6 +1,9 @@
-"""What targets cost in a real epoch: FeedLoader over the same images packed twice, with their
-label alone and with label + labels + boxes (COCO-like: 0-20 boxes, 7 on average, 1-3 of 80
-classes), epochs interleaved in one run, and the ratio of the two epoch times.
+"""What targets cost in a real epoch: FeedLoader over the same images packed three times, with
+their label alone, with label + labels + boxes (COCO-like: 0-20 boxes, 7 on average, 1-3 of 80
+classes) and with label + a segmentation mask (regions of each photo: bench/mask_codec.py's),
+delivered as int64 and as uint8; epochs interleaved in one run, and the ratio of each epoch
+time to the label's. A mask is made per sample by the workers: decoded (its crop's rows),
+nearest-resized and flipped, and written beside the pixels.
 
     python bench/targets.py [--images 512] [--batch 64] [--size 224] [--threads T] [--repeats 9]
                             [--quick] [--out PATH] [--save]
@@ -25,6 +28,25 @@ from bench.targets_fill import packed_pair
 QUICK = {"images": 16, "batch": 8, "size": 64, "repeats": 1}
 
 
+def packed_masks(tmp: Path, plain: Path) -> Path:
+    """The images of ``plain`` packed again with their labels and a region mask each."""
+    import json
+
+    from PIL import Image
+
+    import feedline
+    from bench.mask_codec import region_mask
+    from converters import pack
+    (tmp / "src" / "masks").mkdir()   # beside the images: a labels file's mask column names files inside
+    with feedline.open_dataset(str(plain)) as store, open(tmp / "masks.jsonl", "w") as fh:
+        for i in range(len(store)):
+            h, w = store.size(i)
+            Image.fromarray(region_mask(tmp / "src" / store.path(i), (w, h))).save(tmp / "src" / "masks" / f"{i}.png")
+            fh.write(json.dumps({"path": store.path(i), "label": store.label(i), "mask": f"masks/{i}.png"}) + "\n")
+    pack(str(tmp / "src"), str(tmp / "masks.lmdb"), labels_csv=str(tmp / "masks.jsonl"), progress=False)
+    return tmp / "masks.lmdb"
+
+
 def epoch(loader) -> int:
     """One full epoch; the images seen (the batches are dropped at once, as a training step would)."""
     seen = 0
@@ -47,13 +69,17 @@ def main(argv=None) -> None:
     if args.quick:
         for k, v in QUICK.items():
             setattr(args, k, v)
+    import torch
+
     import feedline
     with tempfile.TemporaryDirectory() as tmp:
         plain, boxes = packed_pair(Path(tmp), args.images, classes=4)
+        masks = packed_masks(Path(tmp), plain)
         kw = dict(batch_size=args.batch, size=args.size, shuffle=True, train=True, device="cpu",
                   num_workers=args.threads or "auto", seed=0)
-        paths = {"label": plain, "label + labels + boxes": boxes}
-        loaders = {name: feedline.FeedLoader(str(path), **kw) for name, path in paths.items()}
+        paths = {"label": (plain, {}), "label + labels + boxes": (boxes, {}), "label + mask (int64)": (masks, {}),
+                 "label + mask (uint8)": (masks, {"output": feedline.OutputSpec(mask_dtype=torch.uint8)})}
+        loaders = {name: feedline.FeedLoader(str(path), **kw, **more) for name, (path, more) in paths.items()}
         try:
             for loader in loaders.values():
                 epoch(loader)   # warm up: page cache, threads, ring

@@ -34,6 +34,8 @@ def scan_digest(scan: ScanResult) -> str:
         for name, buf in scan.targets.to_bytes().items():
             h.update(b"\n%s %d\n" % (name.encode(), len(buf)))
             h.update(buf)
+    if scan.masks is not None:
+        h.update(b"\nmasks\n" + "\n".join(scan.masks).encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 
@@ -60,6 +62,10 @@ class JournalEntry:
     jpeg_warnings: int = 0       # records whose decode check met a benign libjpeg warning
     skipped: list[list[str]] = field(default_factory=list)  # (path, reason, detail)
     oriented: list[list[int]] = field(default_factory=list)  # (record, EXIF orientation applied), where not 1
+    mask_lengths: list[int] = field(default_factory=list)    # stored bytes of each record's mask (masks only)
+    mask_checksums: list[int] = field(default_factory=list)  # format.checksum of each stored mask
+    mask_values: list[int] = field(default_factory=list)     # the distinct class indices of the chunk's masks
+    mask_bits: int = 0                                       # the most bits of a mask of the chunk (8, 16)
     version: int = JOURNAL_VERSION
 
     def to_bytes(self) -> bytes:

@@ -17,8 +17,8 @@ import os
 import lmdb
 
 from feedline.errors import PackError
-from feedline.format import (LMDB_COLUMN_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY, image_key, journal_key,
-                             meta_to_bytes)
+from feedline.format import (LMDB_COLUMN_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY, MASK_SUFFIX, image_key,
+                             journal_key, meta_to_bytes)
 
 from .disk_space import write_failed
 from .journal import JournalEntry
@@ -63,9 +63,11 @@ class LmdbWriter(Writer):
             self._open()
             return []
         images = self._env.stat()["entries"] - len(entries)  # an unfinished pack holds nothing else
-        if images != sum(e.records for e in entries):
-            raise PackError(f"{self.partial_path}: {images} images but the journal lists "
-                            f"{sum(e.records for e in entries)}; start over without --resume")
+        listed = sum(e.records + len(e.mask_lengths) for e in entries)   # a mask is a value of its own
+        if images != listed:
+            what = "images and masks" if any(e.mask_lengths for e in entries) else "images"
+            raise PackError(f"{self.partial_path}: {images} {what} but the journal lists "
+                            f"{listed}; start over without --resume")
         return entries
 
     def _open(self) -> None:
@@ -84,12 +86,18 @@ class LmdbWriter(Writer):
         self._fd = os.open(self.partial_path, os.O_RDONLY)  # only to start writeback early
 
     def add(self, index: int, data: bytes) -> None:
+        self._put(image_key(index), index, data)
+
+    def add_mask(self, index: int, data: bytes) -> None:
+        self._put(image_key(index) + MASK_SUFFIX, index, data)
+
+    def _put(self, key: bytes, index: int, data: bytes) -> None:
         if self._txn is None:
             self._txn, self._chunk_bytes = self._env.begin(write=True), 0
         self._chunk_bytes += len(data)
         try:
-            # Image keys only grow, so append=True skips the B-tree search.
-            self._txn.put(image_key(index), data, append=True)
+            # Record keys only grow (a mask's right after its image's), so append=True skips the B-tree search.
+            self._txn.put(key, data, append=True)
         except lmdb.MapFullError:
             lost = self._chunk_bytes  # _abort() zeroes it: room for what was lost, not for nothing
             self._abort()
@@ -111,7 +119,7 @@ class LmdbWriter(Writer):
             self._flushed = self._size
         self._size = size
 
-    def finish(self, columns: dict[str, bytes], meta: dict, lengths: list[int]) -> None:
+    def finish(self, columns: dict[str, bytes], meta: dict, lengths: list[int], mask_lengths: list[int] = ()) -> None:
         def fill(txn: lmdb.Transaction) -> None:
             for name, buf in columns.items():
                 txn.put(LMDB_COLUMN_PREFIX + name.encode(), buf)

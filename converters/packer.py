@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 
 from feedline import __version__
 from feedline.durable import fsync_folder
@@ -38,42 +37,11 @@ from .records import (TargetRefused, add_target_columns, check_resizing, check_t
 from .ordered import OrderedPool
 from .report import PackReport, Skip, nothing_packed, write_error_report
 from .progress import progress_bar
+from .tally import Tally, add_mask
 from .writer_base import ChunkLost, Writer
 from .writers import make_writer
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Tally:
-    """Everything committed so far: the columns of the data set and the skipped files."""
-
-    labels: list[int] = field(default_factory=list)
-    sizes: list[list[int]] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
-    lengths: list[int] = field(default_factory=list)
-    checksums: list[int] = field(default_factory=list)
-    oriented: list[list[int]] = field(default_factory=list)   # (record, EXIF orientation applied), where not 1
-    skipped: list[Skip] = field(default_factory=list)
-    converted: int = 0
-    source_bytes: int = 0
-    jpeg_warnings: int = 0
-    consumed: int = 0             # scanned files consumed by the committed chunks
-    chunks: int = 0
-
-    def add(self, entry: JournalEntry) -> None:
-        self.labels += entry.labels
-        self.sizes += entry.sizes
-        self.paths += entry.paths
-        self.lengths += entry.lengths
-        self.checksums += entry.checksums
-        self.oriented += entry.oriented
-        self.skipped += entry.skips()
-        self.converted += entry.converted
-        self.jpeg_warnings += entry.jpeg_warnings
-        self.source_bytes += entry.source_bytes
-        self.consumed = entry.consumed
-        self.chunks = entry.chunk + 1
 
 
 class _BadInput(Exception):
@@ -115,7 +83,7 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
     wanted = options.output_options(fmt)
     digest = scan_digest(scan)
     entries = writer.start(options.resume)
-    tally = _Tally()
+    tally = Tally()
     try:
         check_entries(entries, wanted, digest, writer.partial_path)
         for entry in entries:
@@ -134,16 +102,16 @@ def pack_scan(scan: ScanResult, out: str, options: PackOptions, *, not_taken: li
             writer.discard()
             raise PackError(nothing_packed(scan.root, len(scan.paths), skipped))
         meta = make_meta(count=len(tally.labels), classes=scan.classes, pack_options=wanted,
-                         source=scan.root, created=_utc_now(),
-                         feedline_version=__version__, shard=shard, fields=scan.fields, class_lists=scan.class_lists)
+                         source=scan.root, created=_utc_now(), feedline_version=__version__, shard=shard,
+                         fields=tally.packed_fields(scan), class_lists=scan.class_lists)
         meta[INPUT_DIGEST_KEY] = digest
         # Known only when every JPEG's data was read: decoded, or transcoded to the grid.
         if options.check is PackCheck.DECODE or options.layout is Layout.GRID:
             meta["jpeg_warnings"] = tally.jpeg_warnings
         columns = column_bytes(tally.labels, tally.sizes, tally.paths, tally.checksums)
         clipped = add_target_columns(columns, scan, tally.paths, tally.sizes,   # boxes clipped to their image
-                                     tally.oriented, options.labels_frame)
-        writer.finish(columns, meta, tally.lengths)
+                                     tally.oriented, options.labels_frame, tally.mask_checksums)
+        writer.finish(columns, meta, tally.lengths, tally.mask_lengths)
         try:
             report_path = write_error_report(out, skipped)
             os.replace(writer.partial_path, out)
@@ -201,31 +169,41 @@ def _check_out(out: str, options: PackOptions) -> None:
                         "choose a writable place for OUT") from None
 
 
-def _consume(scan: ScanResult, writer: Writer, options: PackOptions, tally: _Tally,
+def _consume(scan: ScanResult, writer: Writer, options: PackOptions, tally: Tally,
              wanted: dict, digest: str) -> None:
     """Check, convert and commit the files not consumed yet, in scan order. A chunk the
     writer loses (ChunkLost: LMDB's map was full and has grown) is packed again from its
     first file."""
     bar = progress_bar(options.progress, len(scan.paths), tally.consumed)
     checker = DecodeChecker() if options.check is PackCheck.DECODE else None
-    grid = None
+    grid = masks = None
     if options.layout is Layout.GRID:
         from .grid_transcode import GridTranscoder  # numpy and libjpeg only for grid packs
         grid = GridTranscoder()
+    if scan.masks is not None:
+        from .masks import MaskJob, MaskPacker   # numpy, Pillow and zlib only for packs with masks
+        masks = MaskPacker(scan, options.labels_frame)
 
     def first(rel: str):
         outcome = check_file(scan.root, rel, options)
         slow = checker is not None or grid is not None
-        return DecodeCheck(rel, outcome) if slow and isinstance(outcome, Record) else outcome
+        job = DecodeCheck(rel, outcome) if slow and isinstance(outcome, Record) else outcome
+        return MaskJob(rel, job) if masks is not None and not isinstance(job, Skip) else job
 
-    def second(job):
+    def image(job):
         done = convert(job, options) if isinstance(job, Conversion) else checker(job) if checker else job.record
         return grid(job.rel, done) if grid is not None else done
+
+    def second(job):
+        if masks is None or not isinstance(job, MaskJob):
+            return image(job)
+        return masks(job.rel, job.job if isinstance(job.job, Record) else image(job.job))
 
     try:
         with OrderedPool(options.threads) as pool:
             while True:
-                outcomes = pool.map(scan.paths[tally.consumed:], first, second, (Conversion, DecodeCheck))
+                deferred = (Conversion, DecodeCheck) + ((MaskJob,) if masks is not None else ())
+                outcomes = pool.map(scan.paths[tally.consumed:], first, second, deferred)
                 try:
                     return _commit_outcomes(outcomes, scan, writer, options, tally, wanted, digest, bar)
                 except ChunkLost as lost:
@@ -236,7 +214,7 @@ def _consume(scan: ScanResult, writer: Writer, options: PackOptions, tally: _Tal
         bar.close()
 
 
-def _commit_outcomes(outcomes, scan: ScanResult, writer: Writer, options: PackOptions, tally: _Tally,
+def _commit_outcomes(outcomes, scan: ScanResult, writer: Writer, options: PackOptions, tally: Tally,
                      wanted: dict, digest: str, bar) -> None:
     """Hand each record to the writer as it comes, in scan order, and commit every
     ``commit_every`` files or ``commit_bytes`` of records."""
@@ -255,6 +233,8 @@ def _commit_outcomes(outcomes, scan: ScanResult, writer: Writer, options: PackOp
                 refuse_unframed(scan, scan.paths[i], outcome.orientation, options.labels_frame)
                 entry.oriented.append([entry.first_record + len(entry.labels), outcome.orientation])
             writer.add(entry.first_record + len(entry.labels), data)
+            if outcome.mask is not None:
+                add_mask(writer, entry, outcome.mask)
             entry.labels.append(scan.labels[i])
             entry.sizes.append([outcome.height, outcome.width])
             entry.paths.append(scan.paths[i])
@@ -282,7 +262,7 @@ def _commit_outcomes(outcomes, scan: ScanResult, writer: Writer, options: PackOp
         tally.add(entry)
 
 
-def _new_entry(tally: _Tally, wanted: dict, digest: str) -> JournalEntry:
+def _new_entry(tally: Tally, wanted: dict, digest: str) -> JournalEntry:
     return JournalEntry(chunk=tally.chunks, consumed=tally.consumed, first_record=len(tally.labels),
                         options=wanted, digest=digest)
 

@@ -27,6 +27,7 @@ class Record(NamedTuple):
     source_bytes: int
     warning: str | None = None  # a benign libjpeg warning met by the decode check (jpeg_warnings)
     orientation: int = 1        # the EXIF orientation applied to the pixels (1: none)
+    mask: object = None         # its segmentation mask, packed (masks.PackedMask), when the labels have masks
 
 
 class Conversion(NamedTuple):
@@ -70,16 +71,20 @@ class TargetRefused(PackError):
 
 
 def add_target_columns(columns: dict, scan: ScanResult, paths: list[str], sizes: list[list[int]],
-                       oriented: list[list[int]] = (), frame: LabelsFrame | None = None) -> int:
+                       oriented: list[list[int]] = (), frame: LabelsFrame | None = None,
+                       mask_checksums: list[int] = ()) -> int:
     """Add to ``columns`` the stored bytes of the fields beyond label (`feedline.fields`) of the
     records packed, ``paths`` in record order, fitted to their images (``sizes``: boxes partly
     outside are clipped); returns how many values were fitted. Values in the stored frame of
     images turned by their EXIF orientation (``oriented``: (record, orientation) pairs) are
     turned with them. Taken from the scan at the end, so a resumed pack needs no targets in its
-    journal."""
+    journal; but the masks' checksums, known once each mask is packed (``mask_checksums``)."""
     if scan.targets is None or not scan.targets.fields:
         return 0
     targets = scan.targets.take([scan.places[p] for p in paths])
+    if scan.masks is not None:
+        import numpy as np
+        targets.arrays["mask_checksums"] = np.asarray(mask_checksums, dtype=np.uint64)
     if frame is LabelsFrame.STORED and oriented:
         targets = targets.oriented(orientations(oriented, 0, len(paths)), sizes)
     fitted, changed = targets.fitted(sizes)
@@ -99,13 +104,14 @@ def orientations(oriented, first: int, count: int) -> list[int] | None:
 
 
 def refuse_unframed(scan: ScanResult, path: str, orientation: int, frame: LabelsFrame | None) -> None:
-    """TargetRefused when ``path``, whose pixels pack turns by its EXIF ``orientation``, has boxes
-    or keypoints and no --labels-frame says which pixels they are in."""
+    """TargetRefused when ``path``, whose pixels pack turns by its EXIF ``orientation``, has boxes,
+    keypoints or a mask and no --labels-frame says which pixels they are in."""
     if frame is not None or orientation == 1 or scan.targets is None or not scan.targets.fields:
         return
     if scan.targets.take([scan.places[path]]).annotated()[0]:
+        what = " and ".join(name for name, f in scan.targets.kinds.items() if f.in_pixels)
         raise TargetRefused(f"{scan.labels_file}: {scan.rows.get(path, 'the row')} ({path}): the image has EXIF "
-                            f"orientation {orientation}, which pack applies to its pixels, and its boxes or keypoints "
+                            f"orientation {orientation}, which pack applies to its pixels, and its {what} "
                             "would no longer lie on what they mark: pass --labels-frame stored (they are on the "
                             "file's pixels as stored, as COCO's are: turned with the image) or --labels-frame "
                             "displayed (they are on the image as shown, turned already); nothing written")

@@ -144,7 +144,7 @@ def _samples(path: str) -> dict[str, dict[str, tuple[str, bytes]]]:
 def _targets(files: dict[str, tuple[str, bytes]], path: str, key: str) -> dict | None:
     """The sample's labels-file fields: the label from KEY.cls, else KEY.json's "label" or
     "cls"; the other fields from KEY.json. None when it has neither."""
-    from feedline.fields import FIELD_NAMES   # the labels file's fields, by their own names
+    from feedline.fields import FIELD_NAMES, KINDS   # the labels file's fields, by their own names
     row: dict = {}
     if ".json" in files:
         try:
@@ -152,7 +152,7 @@ def _targets(files: dict[str, tuple[str, bytes]], path: str, key: str) -> dict |
         except ValueError as exc:
             raise FeedlineError(f"{path}: {key}.json is not JSON ({exc})") from None
         if isinstance(meta, dict):
-            row = {k: meta[k] for k in FIELD_NAMES if k in meta}
+            row = {k: meta[k] for k in FIELD_NAMES if k in meta and not KINDS[k].files}   # a mask: a file
             if "label" not in row and "cls" in meta:
                 row["label"] = meta["cls"]
         elif isinstance(meta, (int, str)) and not isinstance(meta, bool):
@@ -176,6 +176,6 @@ def _check_same_fields(rows: list[dict], origins: list[tuple[str, str]]) -> None
 
 
 def _field_words() -> str:
-    from feedline.fields import FIELD_NAMES
-    names = ["label", "cls", *(n for n in FIELD_NAMES if n != "label")]
+    from feedline.fields import FIELD_NAMES, KINDS
+    names = ["label", "cls", *(n for n in FIELD_NAMES if n != "label" and not KINDS[n].files)]
     return ", ".join(names[:-1]) + " or " + names[-1]

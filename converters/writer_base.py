@@ -1,7 +1,7 @@
 """The writer interface that the LMDB and HDF5 writers implement, and what they share.
 
 A writer owns the temporary files of one pack. ``start`` opens them (fresh, or
-to resume, returning the journal), ``add`` hands it each record as soon as it is
+to resume, returning the journal), ``add`` (and ``add_mask``) hands it each record as soon as it is
 checked (so the record's bytes can be freed, and their memory reused, at once),
 ``commit`` makes the records added since the last commit durable together with
 their journal entry, atomically; ``finish`` writes columns and metadata and
@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from .journal import JournalEntry
 
 PARTIAL_SUFFIX = ".partial"
-HDF5_STAGING_SUFFIXES = (".images", ".journal")   # OUT.partial + each: an HDF5 pack's staged bytes, journal
+HDF5_STAGING_SUFFIXES = (".images", ".journal", ".masks")   # OUT.partial + each: staged bytes, journal, masks
 
 
 class ChunkLost(Exception):
@@ -53,14 +53,18 @@ class Writer(ABC):
         ``commit`` completes. ChunkLost when the chunk was rolled back."""
 
     @abstractmethod
+    def add_mask(self, index: int, data: bytes) -> None:
+        """Store ``data`` as the mask of record ``index``, just added, in the same chunk."""
+
+    @abstractmethod
     def commit(self, entry: JournalEntry) -> None:
         """Make the records added since the last commit and ``entry`` durable, atomically
         (they are records ``entry.first_record ...``). ChunkLost when the chunk was rolled back."""
 
     @abstractmethod
-    def finish(self, columns: dict[str, bytes], meta: dict, lengths: list[int]) -> None:
+    def finish(self, columns: dict[str, bytes], meta: dict, lengths: list[int], mask_lengths: list[int] = ()) -> None:
         """Write the columns (`feedline.format.column_bytes`) and metadata; a complete,
-        synced file at ``partial_path``."""
+        synced file at ``partial_path``. ``mask_lengths``: each record's stored mask, if any."""
 
     @abstractmethod
     def close(self) -> None:

@@ -48,9 +48,13 @@ class AugmentSpec:
     crop_fraction: float = 0.875  # eval: resize the shorter side to size / 0.875, center crop
     flip: bool = True             # train only: horizontal flip with probability 1/2
     min_box_visibility: float = 0.25   # targets: boxes with less of their area in the crop are dropped
+    ignore_index: int = 255       # masks: the class of pixels outside the image, erased or cut out
 
     def __post_init__(self):
         object.__setattr__(self, "size", as_size(self.size, "size"))
+        if isinstance(self.ignore_index, bool) or not isinstance(self.ignore_index, int):
+            raise ValueError(f"ignore_index must be an int (the masks' class for pixels outside the image, "
+                             f"erased or cut out; 255 by default), got {self.ignore_index!r}")
         object.__setattr__(self, "scale", tuple(self.scale))
         object.__setattr__(self, "ratio", tuple(self.ratio))
         v = self.min_box_visibility

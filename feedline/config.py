@@ -15,6 +15,7 @@ from .choices import Engine, OnError, Order
 from .errors import BackendUnavailable
 from .size_schedule import SizeSchedule
 
+MASK_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -44,9 +45,13 @@ class OutputSpec:
     # a consumer's ``x.view(n, -1)`` must work; resolved with the device.
     channels_last: bool | None = None
     device: str | None = None
+    mask_dtype: torch.dtype = torch.int64   # segmentation masks (N x H x W class indices): int64, int32, int16, uint8
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: normalize the fields once, here
+        if self.mask_dtype not in MASK_DTYPES:
+            raise TypeError(f"mask_dtype must be one of {', '.join(map(str, MASK_DTYPES))} (class indices), "
+                            f"got {self.mask_dtype!r}")
         if self.device is not None:
             set_(self, "device", str(torch.device(self.device)))
             if self.channels_last is None:

@@ -13,8 +13,9 @@ targets, boxes, keypoints): the metadata's ``"fields"`` names them with their sp
 has its columns. 4 gives each field with classes its own class list and numbering: the
 metadata's ``"class_lists"`` maps each such field to its list (``"classes"`` repeats the
 label's list, or else the first field's, for tools that read one list). In versions 1 to 3
-every field shares ``"classes"``, and is read so. A store with the label alone is written as
-version 2, which older feedlines read too. A reader refuses an unknown version, naming both.
+every field shares ``"classes"``, and is read so. 5 adds masks beside the images (`feedline.fields.mask`);
+other stores are version 4, or 2 with the label alone (older feedlines read those too). A reader refuses
+an unknown version, naming both.
 
 LMDB (one file, ``subdir=False``)::
 
@@ -26,14 +27,14 @@ LMDB (one file, ``subdir=False``)::
     feedline/col/checksums      uint64[n]     little endian, xxh3_64 of each record (version 2)
     feedline/col/label_set_offsets ...       the columns of the fields (version 3; see
                                              `feedline.targets`); labels is -1 without a label field
-    img/0000000000 ...          encoded image of record i (``image_key(i)``)
+    img/0000000000[.mask] ...   encoded image of record i (``image_key(i)``); its mask (``+ MASK_SUFFIX``, v5)
     feedline/journal/00000000   only in an unfinished pack: resume bookkeeping
 
 HDF5::
 
     attrs["meta"]               the same JSON
     images                      uint8[total], contiguous, uncompressed (memory-mappable)
-    offsets                     int64[n + 1]  record i is images[offsets[i]:offsets[i+1]]
+    offsets                     int64[n + 1]  record i is images[offsets[i]:offsets[i+1]] (v5: masks, mask_offsets)
     labels, sizes, path_offsets, path_bytes, checksums, fields' columns: the columns as datasets
 
 Sharded data sets: OUT-00000-of-00004.lmdb ... (``shard_name``), each a complete store
@@ -64,13 +65,13 @@ if TYPE_CHECKING:
     import numpy as np
 
 from .errors import StoreError
-from .fields import LABEL_ONLY, FieldsError, check_class_lists, check_fields, class_fields
+from .fields import LABEL_ONLY, FieldsError, check_class_lists, check_fields, class_fields, per_pixel
 
 FORMAT_NAME = "feedline"
-FORMAT_VERSION = 4                 # the newest version this code writes (fields beyond label, a class list each)
+FORMAT_VERSION = 5                 # the newest version this code writes (masks beside the images)
 LABEL_ONLY_VERSION = 2             # what it writes for a store with the label alone
-KNOWN_VERSIONS = (1, 2, 3, 4)      # what it reads
-CLASS_LISTS_VERSION = 4            # the first with a class list per field
+KNOWN_VERSIONS = (1, 2, 3, 4, 5)   # what it reads
+CLASS_LISTS_VERSION = 4            # the first with a class list per field; what it writes without masks
 CHECKSUM_NAME = "xxh3_64"          # the algorithm, recorded in the metadata
 
 # The checksum of one record's bytes (any bytes-like object), as an int < 2**64.
@@ -89,6 +90,8 @@ COLUMN_DTYPES = {"labels": "<i8", "sizes": "<i4", "path_offsets": "<i8", "path_b
 HDF5_META_ATTR = "meta"
 HDF5_IMAGES = "images"
 HDF5_OFFSETS = "offsets"
+HDF5_MASKS, HDF5_MASK_OFFSETS = "masks", "mask_offsets"
+MASK_SUFFIX = b".mask"   # record i's mask key: its image's, then this, so it sorts right after the image
 
 
 def image_key(index: int) -> bytes:
@@ -192,17 +195,11 @@ def make_meta(*, count: int, classes: list[str], pack_options: dict, source: str
         extra["fields"] = check_fields(fields)
         extra["class_lists"] = {name: list((class_lists or {}).get(name, [])) for name in class_fields(fields)}
         classes = next(iter(extra["class_lists"].values()), [])
-    return extra | {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION if "fields" in extra else LABEL_ONLY_VERSION,
-        "checksum": CHECKSUM_NAME,
-        "count": count,
-        "classes": list(classes),
-        "pack_options": pack_options,
-        "source": source,
-        "created": created,
-        "feedline_version": feedline_version,
-    }
+    version = FORMAT_VERSION if per_pixel(extra.get("fields", {})) else CLASS_LISTS_VERSION if "fields" in extra \
+        else LABEL_ONLY_VERSION
+    return extra | {"format": FORMAT_NAME, "format_version": version, "checksum": CHECKSUM_NAME, "count": count,
+                    "classes": list(classes), "pack_options": pack_options, "source": source, "created": created,
+                    "feedline_version": feedline_version}
 
 
 def meta_to_bytes(meta: dict) -> bytes:

@@ -3,7 +3,8 @@
 Columns: ``path`` and one per field kind (`feedline.fields`): ``label`` (one class: a name or
 an integer), ``labels`` (several classes), ``target`` (a number, or a fixed-length list of
 numbers), ``boxes`` (JSON Lines: a list of [x0, y0, x1, y1, class] in source pixels),
-``keypoints`` (JSON Lines: a list of [x, y, visible]). Each field with classes has its own
+``keypoints`` (JSON Lines: a list of [x, y, visible]), ``mask`` (the path of the image's mask,
+a single-channel PNG, relative to the image folder). Each field with classes has its own
 class list: integers are kept as they are (7 stays 7; the classes are named "0" to the
 largest), otherwise the names are numbered in sorted order. Anything that would be misread (a
 comma in a label, a row with extra cells, a label with a fraction) is refused with the file,
@@ -48,6 +49,7 @@ class LabelsTable:
     position: dict[str, int]      # relative path -> place in file order
     labels: list[int]             # the label of each row; -1 without a label column
     targets: TargetColumns | None  # the fields beyond label in file order; None if none
+    masks: list[str] | None = None  # each row's mask file (relative to the image folder); None without masks
 
 
 def is_jsonl(path: str) -> bool:
@@ -128,7 +130,8 @@ def read_labels_file(path: str) -> LabelsTable:
     table = LabelsTable(source=path, unit=unit, fields=specs, class_lists=class_lists,
                         classes=next(iter(class_lists.values()), []), rows=seen,
                         position={rel: k for k, (_, rel, _) in enumerate(rows)},
-                        labels=labels, targets=_columns(built, class_lists, len(rows)))
+                        labels=labels, targets=_columns(built, class_lists, len(rows)),
+                        masks=next((parsed[name] for name in fields if KINDS[name].files), None))
     _warn_ids(table, parsed)
     return table
 

@@ -58,6 +58,7 @@ class ScanResult:
     class_lists: dict[str, list[str]] = field(default_factory=dict)   # each field's own classes
     labels_file: str | None = None          # where the labels came from, for messages
     rows: dict[str, str] = field(default_factory=dict)   # path -> "row 7" / "line 7" of the labels file
+    masks: list[str] | None = None          # each file's mask (relative to root), in the order of paths
 
     def __post_init__(self):
         if not self.class_lists:   # a class-folder scan: the label's list
@@ -72,7 +73,8 @@ class ScanResult:
         """The files ``indices`` (a shuffle, a shard), with their labels and targets."""
         idx = list(indices)
         return replace(self, paths=[self.paths[i] for i in idx], labels=[self.labels[i] for i in idx],
-                       targets=None if self.targets is None else self.targets.take(idx))
+                       targets=None if self.targets is None else self.targets.take(idx),
+                       masks=None if self.masks is None else [self.masks[i] for i in idx])
 
 
 def shuffled(scan: ScanResult, seed: int | None) -> ScanResult:
@@ -244,13 +246,15 @@ def _scan_with_csv(root: str, labels_file: str) -> ScanResult:
             problems.append(Unscanned(rel, MISSING, f"listed in {name} ({table.unit} {table.rows[rel]}), but "
                                       "there is no such file in the folder"))
     unlisted = NOT_IN_LABELS if table.unit == "row" else NOT_IN_JSONL
+    masks = set(table.masks or ())   # the masks lie among the images, often: they are no unlisted images
     problems += [Unscanned(rel, unlisted, f"in the folder, but {name} has no {table.unit} for it; not packed")
-                 for rel in images if rel not in table.rows]
+                 for rel in images if rel not in table.rows and rel not in masks]
     places = [table.position[p] for p in paths]
     return ScanResult(root, paths, [table.labels[k] for k in places], table.classes, problems,
                       fields=table.fields, targets=None if table.targets is None else table.targets.take(places),
                       class_lists=table.class_lists, labels_file=labels_file,
-                      rows={rel: f"{table.unit} {line}" for rel, line in table.rows.items()})
+                      rows={rel: f"{table.unit} {line}" for rel, line in table.rows.items()},
+                      masks=None if table.masks is None else [table.masks[k] for k in places])
 
 
 def log_problems(root: str, problems: list[Unscanned]) -> None:

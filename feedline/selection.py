@@ -17,6 +17,7 @@ from .choices import Engine
 from .decoders.jpeg_grid import is_grid_store
 from .decoders.registry import build, detects_damage, missing_library_reason, registration
 from .errors import BackendUnavailable
+from .fields import per_pixel
 
 if TYPE_CHECKING:
     from .decoders.base import Decoder
@@ -51,8 +52,8 @@ def resolve_engine_and_decoder(engine="auto", decoder="auto", device: str = "cpu
                                num_workers: int | str = "auto") -> Selection:
     """The engine and decoder a loader on ``device`` reading ``store`` uses.
 
-    ``engine``: "auto" is "dali" on a CUDA device when DALI imports and no decoder is
-    named, else "processes" (worker processes, each with its own GIL: the per-image Python
+    ``engine``: "auto" is "dali" on a CUDA device when DALI imports, no decoder is named and
+    the store has no masks, else "processes" (worker processes, each with its own GIL: the per-image Python
     scales with the cores), or "threads" for ``num_workers=0`` (DataLoader's "decode in this
     process", where a debugger can follow a transform). ``decoder``: a registered name, "auto", or a Decoder instance
     (used as it is). ``strict=None`` is the loader's rule (strict, unless ``store`` proves
@@ -63,7 +64,8 @@ def resolve_engine_and_decoder(engine="auto", decoder="auto", device: str = "cpu
     engine, decoder = check_names(engine, decoder)
     device = str(device)
     if engine is Engine.AUTO:
-        engine = _auto_engine(decoder, device, log_level, in_process=num_workers == 0)
+        masks = store is not None and bool(per_pixel(store.fields))   # DALI's pipeline makes no masks
+        engine = _auto_engine(decoder, device, log_level, in_process=num_workers == 0, masks=masks)
     if engine in (Engine.THREADS, Engine.PROCESSES):   # the same per-image decoder, on threads or in workers
         return Selection(engine, thread_decoder(decoder, store, strict, log_level))
     if engine is Engine.GPU and not device.startswith("cuda"):
@@ -160,11 +162,11 @@ def _build(name: str, **options) -> "Decoder":
         raise BackendUnavailable(f"decoder {name!r} is unavailable: {exc}") from None
 
 
-def _auto_engine(decoder, device: str, log_level: int, in_process: bool) -> Engine:
+def _auto_engine(decoder, device: str, log_level: int, in_process: bool, masks: bool = False) -> Engine:
     cpu = Engine.THREADS if in_process else Engine.PROCESSES
     if not (isinstance(decoder, str) and decoder == "auto"):
         return cpu   # a decoder was named: the per-image engine runs it
-    if not device.startswith("cuda"):
+    if not device.startswith("cuda") or masks:
         return cpu
     reason = missing_library_reason(*DALI)
     if reason is None:

@@ -1,11 +1,11 @@
 """A batch as a picture: one PNG grid of the images a loader delivered, un-normalized for the
 eye, each with its targets drawn: class names under it (a mixed batch's two classes with
 their weights), its boxes with their class names, its keypoints numbered (point k stays k
-through a flip), so a recipe can be looked at before a GPU-day is spent on it.
+through a flip), its mask as a colour per class blended over the pixels, so a recipe can be
+looked at before a GPU-day is spent on it.
 
 Each target a batch can carry is drawn by one painter, keyed by its name in the batch
-(``PAINTERS``); a new target kind (masks, say: a colour blended over each mask's pixels) is
-one more painter there. Images are scaled up by a whole factor (up to ``MIN_CELL`` pixels a
+(``PAINTERS``); a new target kind is one more painter there. Images are scaled up by a whole factor (up to ``MIN_CELL`` pixels a
 side) so that a box drawn at output pixel (x, y) lands at cell origin + (x, y) * scale.
 """
 from __future__ import annotations
@@ -128,8 +128,25 @@ def paint_keypoints(draw, targets: dict, i: int, origin, scale: int, class_lists
             draw.text((cx + 4, cy - 6), str(k), fill=colour, font=font)
 
 
-# target name -> its painter; a masks field's painter goes here (a colour blended over each mask)
-PAINTERS: dict[str, Callable] = {"boxes": paint_boxes, "keypoints": paint_keypoints}
+MASK_ALPHA = 110      # how much of a class's colour covers its pixels
+IGNORED = (128, 128, 128)   # the colour of 255, the default ignore_index (outside the image, erased)
+
+
+def paint_mask(draw, targets: dict, i: int, origin, scale: int, class_lists: dict, font) -> None:
+    """Image ``i``'s mask: each class but 0 (background, by convention) in its colour, blended."""
+    from PIL import Image
+    mask = targets["mask"][i].cpu().numpy()
+    for k in np.unique(mask).tolist():
+        if k == 0:
+            continue
+        colour = IGNORED if k == 255 else PALETTE[k % len(PALETTE)]
+        matte = Image.fromarray(((mask == k) * MASK_ALPHA).astype(np.uint8)).resize(   # its pixels, partly covered
+            (mask.shape[1] * scale, mask.shape[0] * scale), Image.NEAREST)
+        draw.bitmap(origin, matte, fill=colour)
+
+
+# target name -> its painter, in drawing order (a mask under the boxes and points)
+PAINTERS: dict[str, Callable] = {"mask": paint_mask, "boxes": paint_boxes, "keypoints": paint_keypoints}
 
 
 def batch_picture(images, targets, *, fields: dict, class_lists: dict, mean=None, std=None,

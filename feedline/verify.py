@@ -1,5 +1,5 @@
-"""Check a data set end to end: every record's bytes match their checksum and decode to
-the size its column states.
+"""Check a data set end to end: every record's bytes (and mask) match their checksum and
+decode to the size its column states.
 
 ``verify`` backs ``feedline verify``. File-level checks (metadata count, columns,
 stored keys) come first, then labels in one vectorized pass, then every record is
@@ -23,6 +23,7 @@ import numpy as np
 
 from .decoders import jpeg_warnings
 from .errors import FeedlineError, StoreError
+from .fields import per_pixel
 from .format import checksum
 from .stores import Store, open_dataset
 from .urls import check_url, url_scheme
@@ -221,6 +222,9 @@ def _check_record(store: Store, dec: Decoder | None, index: int, sums: np.ndarra
                                                                     f"read {actual:016x}): the bytes changed on disk"))
             return
         tally.checksummed += 1
+    mask = store.mask_problem(index, dec is not None) if per_pixel(store.fields) else None
+    if mask is not None:
+        tally.problems.append(Problem(index, store.path(index), mask))
     if dec is None:
         return
     jpeg_warnings.take()   # nothing left over from an earlier decode on this thread

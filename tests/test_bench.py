@@ -335,3 +335,19 @@ def test_mix_bench_runs_both_ways_for_each_mixer(tmp_path):
     for r in mixed:
         before = next(b for b in mixed if b["mixer"] == r["mixer"] and b["way"] == "whole batch (before)")
         assert r["x_before"] == ratio(r["ms_min"], before["ms_min"])
+
+
+def test_mask_codec_bench_quick(tmp_path):
+    """Every codec reads back the classes it stored (the script stops otherwise); each row's
+    ratios are its printed bytes and time over PNG level 9's."""
+    out = tmp_path / "mask_codec.json"
+    run_script("mask_codec", "--quick", "--out", str(out))
+    rows = load(out, "mask_codec")["results"]
+    assert {(r["codec"], r["read"]) for r in rows} == {(c, read) for read in ("whole", "224 crop") for c in (
+        "PNG level 9, OpenCV", "PNG level 1, OpenCV", "PNG level 9, Pillow", "deflate-rows (feedline)")}
+    for r in rows:
+        base = next(b for b in rows if b["read"] == r["read"] and b["codec"] == "PNG level 9, OpenCV")
+        assert positive_finite(r["ms"]) and r["bytes"] > 0
+        assert_quotient(r["size / PNG 9"], r["bytes"], base["bytes"])
+        assert_quotient(r["time / PNG 9"], r["ms"], base["ms"])
+

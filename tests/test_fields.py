@@ -14,12 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_registry_lists_each_kind_with_its_columns_in_stored_order():
-    assert FIELD_NAMES == ("label", "labels", "target", "boxes", "keypoints")
+    assert FIELD_NAMES == ("label", "labels", "target", "boxes", "keypoints", "mask")
+    assert FIELD_COLUMNS["mask"] == ("mask_checksums",) and TARGET_DTYPES["mask_checksums"] == "<u8"
     assert FIELD_COLUMNS["boxes"] == ("box_offsets", "box_coords", "box_classes")
     assert FIELD_COLUMNS["keypoints"] == ("keypoints",) and TARGET_DTYPES["keypoints"] == "<f4"
     assert class_fields({"keypoints": {}, "boxes": {}, "target": {}, "label": {}}) == ["label", "boxes"]
     assert refusing({"label": {}, "boxes": {}, "keypoints": {}}, GEOMETRIC) == ["boxes", "keypoints"]
     assert refusing(("labels", "target"), MIXING) == []
+    assert refusing({"boxes": {}, "mask": {}}, GEOMETRIC) == ["boxes"] and refusing(("mask",), MIXING) == []
 
 
 @pytest.mark.parametrize("fields, message", [

@@ -28,11 +28,11 @@ def images_elsewhere(monkeypatch):
 
 
 def test_hdf5_copies_the_images_in_the_kernel_byte_for_byte(big, tmp_path, images_elsewhere, caplog):
-    caplog.set_level(logging.DEBUG, logger="converters.hdf5_writer")
+    caplog.set_level(logging.DEBUG, logger="converters.staged_files")
     out = str(tmp_path / "k.h5")
     pack(big, out)
     assert stored_as_sources(out, big) == 7
-    said = [r.getMessage() for r in caplog.records if r.name == "converters.hdf5_writer"]
+    said = [r.getMessage() for r in caplog.records if r.name == "converters.staged_files"]
     assert said == ["HDF5 put the images at 2048, not 8192: copying them"]   # no buffer copy
 
 
@@ -44,18 +44,18 @@ def test_hdf5_copies_through_a_buffer_where_the_kernel_cannot(big, tmp_path, ima
     def cross_device(*args):
         raise OSError(errno.EXDEV, "Invalid cross-device link")
     monkeypatch.setattr(hw.os, "copy_file_range", cross_device)
-    caplog.set_level(logging.DEBUG, logger="converters.hdf5_writer")
+    caplog.set_level(logging.DEBUG, logger="converters.staged_files")
     out = str(tmp_path / "b.h5")
     pack(big, out)
     assert stored_as_sources(out, big) == 7
-    said = [r.getMessage() for r in caplog.records if r.name == "converters.hdf5_writer"]
+    said = [r.getMessage() for r in caplog.records if r.name == "converters.staged_files"]
     assert said[-1] == ("copy_file_range unavailable ([Errno 18] Invalid cross-device link); "
                         "copying through a buffer")
 
 
 def test_hdf5_stages_the_images_where_hdf5_puts_them_and_writes_them_once(mixed, tmp_path, monkeypatch, caplog):
     monkeypatch.chdir(tmp_path)   # asking HDF5 where it puts them leaves no file behind
-    caplog.set_level(logging.DEBUG, logger="converters.hdf5_writer")
+    caplog.set_level(logging.DEBUG, logger="converters.staged_files")
     pack(mixed, "o.h5")
     assert not [r for r in caplog.records if r.name == "converters.hdf5_writer"]   # no copy
     assert sorted(os.listdir(tmp_path)) == ["o.h5", "o.h5.errors.csv"]
@@ -124,7 +124,7 @@ def test_hdf5_a_journal_line_that_cannot_be_written_names_the_journal_and_resume
     import errno
 
     import converters.hdf5_writer as hw
-    real, lines = hw._write_all, []
+    real, lines = hw.write_all, []
 
     def write_all(fd, buffers):
         if len(buffers) == 1 and bytes(buffers[0]).startswith(b'{"chunk"'):
@@ -135,7 +135,7 @@ def test_hdf5_a_journal_line_that_cannot_be_written_names_the_journal_and_resume
         real(fd, buffers)
     out = str(tmp_path / "o.h5")
     with monkeypatch.context() as m:
-        m.setattr(hw, "_write_all", write_all)
+        m.setattr(hw, "write_all", write_all)
         with pytest.raises(PackError) as err:
             pack(mixed, out, commit_every=3, jobs=1)
     assert str(err.value).startswith(f"{out}.partial.journal: the disk is full (No space left on device")

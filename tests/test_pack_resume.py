@@ -205,7 +205,7 @@ def _fail_write_once(monkeypatch, ext: str) -> None:
         monkeypatch.setattr(LmdbWriter, "_write", write)
     else:
         import converters.hdf5_writer as hw
-        real = hw._write_all
+        real = hw.write_all
         calls = {"n": 0}
 
         def write_all(fd, buffers):
@@ -215,7 +215,7 @@ def _fail_write_once(monkeypatch, ext: str) -> None:
                 raise exc
             real(fd, buffers)
 
-        monkeypatch.setattr(hw, "_write_all", write_all)
+        monkeypatch.setattr(hw, "write_all", write_all)
 
 
 @pytest.mark.parametrize("ext", FORMATS)

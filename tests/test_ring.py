@@ -118,3 +118,30 @@ def test_on_cuda_the_arenas_are_pinned_and_the_engines_give_the_same_batches(pac
     assert len(out["processes"]) == len(out["threads"]) == 8
     for (x, y), (tx, ty) in zip(out["processes"], out["threads"], strict=True):
         assert x.is_cuda and torch.equal(x, tx) and torch.equal(y, ty)
+
+
+def test_masks_sit_after_the_pixels_in_the_arena_the_workers_write():
+    """Rows of float32 pixels (4 x 8 x 6 x 3 x 4 bytes = 2304, a multiple of 64), then int16
+    masks: the Slot's "mask" views the arena there, and what a worker writes into row j's
+    mask is what the consumer's tensor holds; a kept mask makes the Slot anew."""
+    output = OutputSpec(device="cpu", mask_dtype=torch.int16)
+    fmt = row_format(output, 4, (8, 6), masks=True)
+    assert (fmt.mask_offset, fmt.nbytes) == (2304, 2304 + 4 * 8 * 6 * 2)
+    assert RingSpec(1, 4, output, False, masks=True).host_bytes((8, 6)) == 3 * fmt.nbytes
+    assert row_format(OutputSpec(device="cpu"), 4, (8, 6)).nbytes == 2304   # without masks, as before
+    w = workers()
+    memory = ArenaRing(RingSpec(1, 4, output, False, masks=True), (8, 6), w, None)
+    slot = memory.ring.slot(0)
+    mask = slot.targets["mask"]
+    assert mask.shape == (4, 8, 6) and mask.dtype == torch.int16
+    from feedline.sources.rows import RowWriter
+    rows = RowWriter(w._arenas[memory.arena_of[0]][0], w._arenas[memory.arena_of[0]][1].memory)
+    rows.mask(2)[...] = np.arange(48).reshape(8, 6)
+    rows.write(2, np.full((8, 6, 3), 255, np.uint8))
+    assert torch.equal(mask[2], torch.arange(48, dtype=torch.int16).reshape(8, 6))
+    assert (mask[[0, 1, 3]] == 0).all()
+    white = torch.tensor([(1 - m) / s for m, s in zip(output.mean, output.std)]).view(3, 1, 1)
+    assert torch.allclose(slot.images[2], white.expand(3, 8, 6))   # the pixels' rows, untouched by the mask's
+    kept = mask[2:3]
+    assert memory.ring.slot(0) is not slot and memory.ring.fresh == 1
+    del kept

@@ -101,3 +101,20 @@ def test_recipe_flags_need_train_and_a_batch_past_the_epoch_is_refused(packed_lm
     assert "--aa shape training batches: pass --train to see them" in capsys.readouterr().err
     assert cli_main(["show", str(packed_lmdb), "-b", "16", "--batch", "3", "--out", str(tmp_path / "x.png")]) == 2
     assert "--batch 3: an epoch of" in capsys.readouterr().err and not (tmp_path / "x.png").exists()
+
+
+def test_a_masks_classes_are_blended_over_their_pixels(tmp_path):
+    """Each class but 0 takes MASK_ALPHA / 255 of its colour over the image, 255 (ignored) grey;
+    drawn on a flat gray image, a pixel of class k is gray + alpha * (colour - gray)."""
+    from feedline.show import IGNORED, MASK_ALPHA, batch_picture
+    images = torch.full((1, 3, 8, 8), 100, dtype=torch.uint8)
+    mask = torch.zeros(1, 8, 8, dtype=torch.int64)
+    mask[0, :4, :4], mask[0, 4:, 4:] = 3, 255
+    picture = np.asarray(batch_picture(images, {"mask": mask}, fields={"mask": {}}, class_lists={}))
+    grid = Grid.of(1, 8, 8)
+    x0, y0 = grid.origin(0)
+    at = lambda r, c: picture[y0 + r * grid.scale + 1, x0 + c * grid.scale + 1].astype(int)   # noqa: E731
+    blend = lambda colour: np.round(100 + MASK_ALPHA / 255 * (np.asarray(colour) - 100))   # noqa: E731
+    assert np.abs(at(1, 1) - blend(PALETTE[3])).max() <= 1
+    assert np.abs(at(6, 6) - blend(IGNORED)).max() <= 1
+    assert at(1, 6).tolist() == [100, 100, 100]   # class 0: the image as it is

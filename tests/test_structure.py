@@ -88,7 +88,7 @@ LAYERS = [
                      "feedline.augment", "feedline.order", "feedline.plan", "feedline.ledger",
                      "feedline.stats", "feedline.config", "feedline.scan", "feedline.labels_csv",
                      "feedline.labels_jsonl", "feedline.labels_file", "feedline.targets", "feedline.boxes",
-                     "feedline.target_stats", "feedline.fields",
+                     "feedline.target_stats", "feedline.fields", "feedline.mask_codec", "feedline.mask_sampling",
                      "feedline.sample", "feedline.flags", "feedline.unwritable", "feedline.size_schedule",
                      "feedline.urls"]),
     ("stores and decoders", ["feedline.stores", "feedline.decoders", "feedline.selection"]),

@@ -201,7 +201,8 @@ def test_the_epoch_bench_runs_and_reports_the_ratio(tmp_path):
                            "--quick", "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     rows = json.loads(out.read_text())["results"]
-    assert [r["targets"] for r in rows] == ["label", "label + labels + boxes"]
+    assert [r["targets"] for r in rows] == ["label", "label + labels + boxes", "label + mask (int64)",
+                                            "label + mask (uint8)"]
     assert rows[0]["vs label"] == 1.0 and all(r["epoch s"] > 0 for r in rows)
 
 

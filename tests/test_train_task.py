@@ -153,11 +153,11 @@ def test_choose_task_by_hand(stores):
         with pytest.raises(TrainError) as err:
             choose_task(target, 0, "classify")
         assert str(err.value) == (f"{target.filename} holds only target: the trainer trains classifiers (label or "
-                                  "labels) and regressors (target); --task classify needs label; this store offers "
+                                  "labels), regressors (target) and segmenters (mask); --task classify needs label; this store offers "
                                   "--task regress (target)")
     with open_dataset(stores["train_boxes"]) as boxes:
         with pytest.raises(TrainError) as err:
             choose_task(boxes, 2)
         assert str(err.value) == (f"{boxes.filename} holds only boxes: the trainer trains classifiers (label or "
-                                  "labels) and regressors (target); read boxes or keypoints in your own loop (README: "
+                                  "labels), regressors (target) and segmenters (mask); read boxes or keypoints in your own loop (README: "
                                   "a detection-style loop), or pack a label column too")

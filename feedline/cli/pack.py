@@ -30,12 +30,13 @@ listed in OUT.errors.csv as symlink-loop or symlink-repeat.
 
 --labels FILE: a CSV of "relative path,label" (a header row is recognized), or named
 columns: path, label (one class), labels (classes separated by ';'), target (a number,
-or numbers separated by ';'); or JSON Lines (FILE.jsonl), one object per image:
+or numbers separated by ';'), mask (a single-channel 8- or 16-bit PNG of class indices, the
+image's size: checked and packed losslessly beside it); or JSON Lines (FILE.jsonl), one object per image:
 {"path": ..., "label": ..., "labels": [...], "target": [...], "boxes": [[x0, y0, x1, y1,
 class], ...], "keypoints": [[x, y, visible], ...]} (boxes and keypoints in source pixels;
 a box wholly outside its image stops the pack with its row, one partly outside is
 clipped). An image with an EXIF orientation is packed turned as viewers show it; if it has
-boxes or keypoints, --labels-frame must say which pixels they are on: stored (the file's
+boxes, keypoints or a mask, --labels-frame must say which pixels they are on: stored (the file's
 pixels before the turn, as COCO's are: they are turned with the image) or displayed (the
 image as shown: kept as given). --flip-pairs 1:2,3:4 names the keypoints that trade places
 when an image is mirrored (left and right wrist...), stored with the data set: the loader's
@@ -77,7 +78,7 @@ def register(subparsers) -> None:
     p.add_argument("--format", choices=("lmdb", "hdf5"), help="output format (default: from OUT's extension)")
     p.add_argument("--labels", metavar="FILE", help="labels file: CSV (path,label or named columns) or JSON Lines")
     p.add_argument("--labels-frame", choices=("stored", "displayed"),
-                   help="the pixels a labels file's boxes and keypoints are on, for images with an EXIF "
+                   help="the pixels a labels file's boxes, keypoints and masks are on, for images with an EXIF "
                         "orientation: stored (the file's, before the turn pack applies: turned with the image; "
                         "COCO's) or displayed (as shown: kept as given); needed only when such an image has them")
     p.add_argument("--flip-pairs", metavar="A:B,...",

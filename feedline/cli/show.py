@@ -38,7 +38,7 @@ class ShowConfig(RecipeOptions):
                                   default_text="the square root of --batch-size")
     label_smoothing: float = _option(0.1, "--mixup/--cutmix targets' smoothing (the trainer's)",
                                      aliases=("--smoothing",))
-    annotate: bool = _option(True, "draw the targets (class names, boxes, keypoints)")
+    annotate: bool = _option(True, "draw the targets (class names, boxes, keypoints, masks)")
 
     def __post_init__(self) -> None:
         try:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from .base import GEOMETRIC, MIXING, Field, FieldsError, Geometry, segments
+from .base import BLENDING, GEOMETRIC, MIXING, Field, FieldsError, Geometry, segments
 
-KIND_MODULES = ("label", "labels", "target", "boxes", "keypoints")   # the registry, in stored order
+KIND_MODULES = ("label", "labels", "target", "boxes", "keypoints", "mask")   # the registry, in stored order
 
 KINDS: dict[str, type[Field]] = {kind.name: kind for kind in (import_module(f"{__name__}.{m}").KIND
                                                                 for m in KIND_MODULES)}
@@ -17,9 +17,9 @@ FIELD_COLUMNS = {name: tuple(kind.columns) for name, kind in KINDS.items()}
 TARGET_DTYPES = {column: dtype for kind in KINDS.values() for column, dtype in kind.columns.items()}
 LABEL_ONLY = {"label": {}}   # the fields of a store packed before fields were stored (versions 1, 2)
 
-__all__ = ["FIELD_COLUMNS", "FIELD_NAMES", "GEOMETRIC", "KINDS", "LABEL_ONLY", "MIXING", "TARGET_DTYPES", "Field",
+__all__ = ["BLENDING", "FIELD_COLUMNS", "FIELD_NAMES", "GEOMETRIC", "KINDS", "LABEL_ONLY", "MIXING", "TARGET_DTYPES", "Field",
            "FieldsError", "Geometry", "check_class_lists", "check_fields", "class_fields", "field_objects",
-           "refusing", "segments"]
+           "per_pixel", "refusing", "segments"]
 
 
 def check_fields(fields) -> dict[str, dict]:
@@ -48,6 +48,11 @@ def field_objects(fields: dict[str, dict], class_lists: dict[str, list[str]] | N
 def class_fields(fields) -> list[str]:
     """The fields (names) that name classes, in stored order."""
     return [name for name in FIELD_NAMES if name in fields and KINDS[name].has_classes]
+
+
+def per_pixel(fields) -> list[str]:
+    """The fields (names) the workers make per pixel with the image (a mask), in stored order."""
+    return [name for name in FIELD_NAMES if name in fields and KINDS[name].per_pixel]
 
 
 def refusing(fields, family: str) -> list[str]:

@@ -16,6 +16,7 @@ from .lazy_numpy import np
 
 GEOMETRIC = "geometric"   # shears, translates or rotates the pixels (RandAugment, TrivialAugmentWide)
 MIXING = "mixing"         # blends or pastes another sample into each image (MixUp, CutMix, Mixup)
+BLENDING = "blending"     # blends another sample into each image (MixUp, a Mixup with mixup_alpha > 0)
 
 
 class FieldsError(ValueError):
@@ -49,6 +50,8 @@ class Field:
     header_words: ClassVar[tuple[str, ...]] = ()  # other names of its column in a CSV header
     example: ClassVar[str] = ""                  # a JSON Lines value, for messages
     task: ClassVar[str | None] = None            # what `feedline train --task` learns from it, if anything
+    per_pixel: ClassVar[bool] = False            # made per pixel by the workers with the image, not from columns
+    files: ClassVar[bool] = False                # its labels-file values name files packed beside the image
 
     def __init__(self, spec: dict, classes: list[str] | None = None):
         self.spec = self.check_spec(spec)

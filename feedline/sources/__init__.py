@@ -30,7 +30,7 @@ from .fill import SampleSpec
 from .finisher import Filled, HostFinisher
 from .policy import BadRecords
 from .ring import ArenaRing, RingSpec, writes_normalized
-from .target_batches import target_spec
+from .target_batches import mask_spec, target_spec
 from .transforming import transforming
 
 
@@ -51,9 +51,13 @@ def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> 
     built once. ``decoder``: the CPU engine's Decoder, chosen by feedline.selection. A
     MemoryError first when its buffers cannot fit (at the largest size of a schedule)."""
     c, output = config, config.output
-    t = transforming(store, c.transforms, c.seed, output.on_cuda)
+    t = transforming(store, c.transforms, c.seed, output.on_cuda, c.augment.ignore_index)
     targets = target_spec(store, c.batch_size, c.augment.min_box_visibility)
+    masks = mask_spec(store, output.mask_dtype, c.augment.ignore_index)
     bad = BadRecords(store, c.on_error)
+    if c.engine is Engine.DALI and masks is not None:
+        raise ValueError(f"{store.filename} has masks, which the DALI pipeline does not make: pass "
+                         "engine='processes' (the CPU workers) or engine='gpu' (nvImageCodec)")
     if c.engine is Engine.DALI:
         from .dali import DaliBatches
         from .dali_graph import PipelineSpec
@@ -69,18 +73,19 @@ def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> 
         RingSpec(c.prefetch, c.batch_size, output, pin=False).check_fits(c.largest_size(), host_ring=False)
         finisher = CudaFinisher(output, t, targets, Filled(normalized=False, samples_applied=False))
         return GpuDecodeBatches(store, c.num_workers, c.prefetch, targets, bad, finisher,
-                                crop_streams(store, output, c.region_decode))
+                                crop_streams(store, output, c.region_decode), masks)
     if decoder is None:
         raise ValueError("the CPU engine needs its Decoder (feedline.selection.resolve_engine_and_decoder)")
     from .cpu_engine import CpuBatches
-    sample = SampleSpec(store, decoder, t.host if t is not None and t.per_sample else None, c.seed, bad.substitutes)
+    sample = SampleSpec(store, decoder, t.host if t is not None and t.per_sample else None, c.seed, bad.substitutes,
+                        masks)
     if c.engine is Engine.PROCESSES:
         from .process_workers import ProcessWorkers
         workers = ProcessWorkers(sample, c.num_workers, c.decoder)
     else:
         from .thread_workers import ThreadWorkers
         workers = ThreadWorkers(sample, c.num_workers)
-    ring = RingSpec(c.prefetch, c.batch_size, output, pin=output.on_cuda or c.pin_memory)
+    ring = RingSpec(c.prefetch, c.batch_size, output, pin=output.on_cuda or c.pin_memory, masks=masks is not None)
     ring.check_fits(c.largest_size(), host_ring=True)
     memory = ArenaRing(ring, c.augment.size, workers, targets)
     if output.on_cuda:

@@ -1,6 +1,8 @@
 """The one sample path of the CPU engine: read -> check -> decode the crop (a grid store's
-spliced MCUs, resized and flipped) -> substitute by the rule -> draw and apply the
-per-sample transforms -> pixels (or the normalized row) into the Slot's memory.
+spliced MCUs, resized and flipped) -> the mask, if the store has masks, through the same crop
+and flip (nearest) -> substitute by the rule (its own pixels and mask) -> draw and apply the
+per-sample transforms (the geometric ones to the mask too) -> pixels (or the normalized row)
+and mask into the Slot's memory.
 
 A worker runs it, whether the worker is a thread of the consumer's process or a process
 of its own (workers.py): the runner changes, the path does not. It is given its fixed
@@ -18,10 +20,21 @@ import numpy as np
 
 from ..decoders.base import Box
 from ..errors import UnavailableError
+from ..mask_codec import read_png
+from ..mask_sampling import sample_mask
 from .rows import RowWriter
 from .substitute import first_substitute
 
 IDLE = -1         # the record a worker holds when it holds none
+
+
+@dataclass(frozen=True)
+class MaskSpec:
+    """How a worker makes a record's mask: the store's masks are ``png`` files (an image folder
+    read as it is) or stored (`feedline.mask_codec`); ``ignore_index`` where no source pixel is."""
+
+    png: bool
+    ignore_index: int
 
 
 @dataclass(frozen=True)
@@ -34,6 +47,7 @@ class SampleSpec:
     transforms: object            # SampleTransforms run on the host per sample, or None
     seed: int
     substitute: bool              # on_error="substitute": a bad record is replaced by the rule's first good one
+    mask: MaskSpec | None = None  # the store's masks: made beside each sample's pixels
 
 
 @dataclass(frozen=True)
@@ -107,10 +121,23 @@ class Control:
         return int(self.array[0]) == generation
 
 
+def make_mask(store, spec: MaskSpec, index: int, box: Box, flip: bool, out: np.ndarray) -> None:
+    """Record ``index``'s mask through ``box`` and ``flip`` into ``out`` (its checksum checked)."""
+    data = store.read_mask_checked(index)
+    source = read_png(data, f"{store.filename}: record {index} ({store.path(index)})'s mask") if spec.png else data
+    sample_mask(source, box, flip, out, spec.ignore_index, store.size(index))
+
+
 def fill_chunk(chunk: Chunk, spec: SampleSpec, run: RunSpec, rows: RowWriter, control: Control) -> ChunkDone:
     """Every row of ``chunk`` into ``rows``; a bad record substituted by the rule, or the
     failure that stops the chunk."""
-    store, decoder, t = spec.store, spec.decoder, spec.transforms
+    store, decoder, t, masks = spec.store, spec.decoder, spec.transforms, spec.mask
+
+    def sample(index: int, box: Box, flip: bool, out: np.ndarray, j: int) -> None:   # a substitute's
+        decoder.decode_into(store.read_checked(index), box, flip, out)
+        if masks is not None:
+            make_mask(store, masks, index, box, flip, rows.mask(j))
+
     drawn = t.draw(spec.seed, run.epoch, chunk.indices) if t is not None else None
     times = [0.0, 0.0, 0.0]   # read, decode, write
     substituted = []
@@ -129,14 +156,16 @@ def fill_chunk(chunk: Chunk, spec: SampleSpec, run: RunSpec, rows: RowWriter, co
         try:
             data = store.read_checked(index)
             t1 = time.perf_counter()
-            decoder.decode_into(data, Box(*chunk.boxes[i].tolist()), bool(chunk.flips[i]), out)
+            box, flip = Box(*chunk.boxes[i].tolist()), bool(chunk.flips[i])
+            decoder.decode_into(data, box, flip, out)
+            if masks is not None:
+                make_mask(store, masks, index, box, flip, rows.mask(j))
             times[0], times[1] = times[0] + t1 - t0, times[1] + time.perf_counter() - t1
         except Exception as exc:
             found = None
             if spec.substitute and not isinstance(exc, UnavailableError):   # unreachable data is no record's fault
                 found = first_substitute(run.augment, spec.seed, run.epoch, index, store.sizes,
-                                         lambda other, box, flip: decoder.decode_into(
-                                             store.read_checked(other), Box(*box), flip, out))
+                                         lambda other, box, flip: sample(other, Box(*box), flip, out, j))
             if found is None:
                 return done(Failure(j, exc, bad_record=True))
             other, box, flip, _ = found
@@ -145,6 +174,11 @@ def fill_chunk(chunk: Chunk, spec: SampleSpec, run: RunSpec, rows: RowWriter, co
         if drawn is not None:
             try:
                 out = t.apply_drawn(out, drawn, i, spec.seed, run.epoch, index)
+                if masks is not None:   # the same drawn parameters: geometry follows, erasing leaves ignore_index
+                    mask = rows.mask(j)
+                    moved = t.apply_drawn_to_mask(mask, drawn, i, masks.ignore_index)
+                    if moved is not mask:
+                        np.copyto(mask, moved)
             except Exception as exc:   # a user's transform failed: the consumer raises it
                 return done(Failure(j, exc, bad_record=False))
         rows.write(j, out)

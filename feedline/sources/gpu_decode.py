@@ -26,6 +26,8 @@ from ..plan import BatchPlan, EpochPlan
 from ..stats import LoaderStats
 from .background import ahead
 from .cuda_finisher import CudaFinisher
+from .fill import MaskSpec
+from .gpu_masks import batch_masks
 from .normalization import layout_of
 from .policy import BadRecordPolicy, BadRecords
 from .slot import Slot, made_slot
@@ -43,9 +45,11 @@ class GpuDecodeBatches:
     """
 
     def __init__(self, store, workers: int, prefetch: int, targets: TargetSpec | None, bad_records: BadRecords,
-                 finisher: CudaFinisher, crops):
+                 finisher: CudaFinisher, crops, masks: MaskSpec | None = None):
         """``workers``: nvImageCodec's CPU threads; ``prefetch``: batches made ahead; ``finisher``:
-        a CudaFinisher, on whose stream decoding runs, so finishing follows it."""
+        a CudaFinisher, on whose stream decoding runs, so finishing follows it; ``masks``: the
+        store's masks, cut out on the host and resized on the device (gpu_masks.py)."""
+        self._masks = masks
         from ..decoders.nvimgcodec_library import load_nvimgcodec
         nv = load_nvimgcodec()
         self.store, self.prefetch, self.output = store, prefetch, finisher.output
@@ -132,6 +136,9 @@ class GpuDecodeBatches:
                 labels[k] = label
             # each record's own targets, through its own crop and flip
             targets = self._targets.batch(decoded, epoch, self.store.sizes) if self._targets is not None else None
+            if self._masks is not None:
+                targets["mask"] = batch_masks(self.store, self._masks, decoded, epoch, self.device,
+                                              self.output.mask_dtype)
         return made_slot(plan, batch, labels, targets, decoded), images   # images: alive until the next decode call
 
     # -- the protocol -------------------------------------------------------------------

@@ -57,11 +57,13 @@ def writes_normalized(output: OutputSpec) -> bool:
     return not output.on_cuda and output.dtype in _NUMPY_DTYPES
 
 
-def row_format(output: OutputSpec, batch_size: int, size: tuple[int, int]) -> RowFormat:
+def row_format(output: OutputSpec, batch_size: int, size: tuple[int, int], masks: bool = False) -> RowFormat:
+    """The rows of one Slot's arena; ``masks``: the masks after the pixels, in ``output.mask_dtype``."""
+    mask_dtype = str(output.mask_dtype).removeprefix("torch.") if masks else None
     if not writes_normalized(output):
-        return RowFormat(batch_size, tuple(size))
+        return RowFormat(batch_size, tuple(size), mask_dtype=mask_dtype)
     table = normalize_table(output.mean, output.std) if output.mean is not None else None
-    return RowFormat(batch_size, tuple(size), _NUMPY_DTYPES[output.dtype], output.channels_last, table)
+    return RowFormat(batch_size, tuple(size), _NUMPY_DTYPES[output.dtype], output.channels_last, table, mask_dtype)
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class RingSpec:
     batch_size: int
     output: OutputSpec
     pin: bool               # pinned for copies to a CUDA device (always for a CUDA output)
+    masks: bool = False     # the workers write each batch's masks beside its pixels
 
     @property
     def slots(self) -> int:
@@ -79,7 +82,7 @@ class RingSpec:
 
     def host_bytes(self, size: tuple[int, int]) -> int:
         """The host memory of the CPU engine's Slots at ``size``."""
-        return self.slots * row_format(self.output, self.batch_size, size).nbytes
+        return self.slots * row_format(self.output, self.batch_size, size, self.masks).nbytes
 
     def check_fits(self, size: tuple[int, int], host_ring: bool) -> None:
         """MemoryError, with the sizes, when the batch buffers at ``size`` cannot fit: the
@@ -140,7 +143,7 @@ class ArenaRing:
         if pinning is None and spec.pin:
             pinning = HostPinning(spec.output.device if spec.output.on_cuda else "cuda")
         self.spec, self.workers, self.targets, self.pinning = spec, workers, targets, pinning
-        self.format = row_format(spec.output, spec.batch_size, size)
+        self.format = row_format(spec.output, spec.batch_size, size, spec.masks)
         self.arena_of: dict[int, int] = {}       # ring position -> arena number
         self._numbers = itertools.count()
         self.ring = Ring(spec.slots, size, self._make, reuse_held=spec.output.on_cuda)
@@ -153,14 +156,19 @@ class ArenaRing:
         if old is not None:
             self.workers.drop_arena(old)
         if self.pinning is not None:
-            flat = self.pinning.tensor(arena.memory, fmt.nbytes).view(getattr(torch, fmt.dtype))
+            whole = self.pinning.tensor(arena.memory, fmt.nbytes)
         else:
-            flat = torch.frombuffer(arena.memory, dtype=getattr(torch, fmt.dtype), count=int(np.prod(fmt.shape)))
-        images = flat.view(fmt.shape)
+            whole = torch.frombuffer(arena.memory, dtype=torch.uint8, count=fmt.nbytes)
+        image_bytes = int(np.prod(fmt.shape)) * np.dtype(fmt.dtype).itemsize
+        images = whole[:image_bytes].view(getattr(torch, fmt.dtype)).view(fmt.shape)
         if not spec.output.on_cuda and fmt.channels_last:
             images = images.permute(0, 3, 1, 2)   # N x C x H x W in channels_last memory
         labels = torch.empty(spec.batch_size, dtype=torch.int64, pin_memory=spec.pin)
-        return Slot(number, images, labels, self.targets.allocate(spec.pin) if self.targets else None, fmt.size)
+        targets = self.targets.allocate(spec.pin) if self.targets else None
+        if fmt.mask_dtype is not None:   # written by the workers beside the pixels, handed over as they are
+            masks = whole[fmt.mask_offset:fmt.nbytes].view(getattr(torch, fmt.mask_dtype)).view(fmt.mask_shape)
+            targets = {**(targets or {}), "mask": masks}
+        return Slot(number, images, labels, targets, fmt.size)
 
     def resized(self, size: tuple[int, int]) -> "ArenaRing":
         """A ring at ``size`` in place of this one (a size schedule moved), this one's arenas

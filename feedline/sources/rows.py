@@ -3,7 +3,9 @@ torch), so a worker process imports only what it uses.
 
 A RowFormat says what a row of a Slot's arena is: uint8 pixels (N x H x W x 3, for a CUDA
 Finisher or an output dtype numpy lacks), or the host batch the consumer receives,
-normalized into the output's dtype and layout with a lookup table (uint8 level -> value).
+normalized into the output's dtype and layout with a lookup table (uint8 level -> value);
+and, for a store with masks, after the pixels, the batch's masks (N x H x W class indices in
+the delivered dtype), which the consumer hands over as they are.
 """
 from __future__ import annotations
 
@@ -17,13 +19,15 @@ class RowFormat:
     """The layout of one arena: ``batch`` rows of ``size`` (H, W). ``dtype``: numpy's name of
     the row's dtype ("uint8", "float32", "float16"); ``channels_last``: H x W x 3 rows (always
     for pixels), else 3 x H x W; ``table``: uint8 level -> normalized value per channel
-    (1 x 256 x 3 float32), None for pixels."""
+    (1 x 256 x 3 float32), None for pixels; ``mask_dtype``: numpy's name of the masks' dtype
+    when the rows carry masks (after the pixels, at ``mask_offset``), else None."""
 
     batch: int
     size: tuple[int, int]
     dtype: str = "uint8"
     channels_last: bool = True
     table: np.ndarray | None = None
+    mask_dtype: str | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -31,8 +35,19 @@ class RowFormat:
         return (self.batch, h, w, 3) if self.channels_last else (self.batch, 3, h, w)
 
     @property
+    def mask_shape(self) -> tuple[int, int, int]:
+        return (self.batch, *self.size)
+
+    @property
+    def mask_offset(self) -> int:
+        """Where the masks start: after the pixels, on a 64-byte boundary."""
+        return -(-int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize // 64) * 64
+
+    @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+        if self.mask_dtype is None:
+            return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+        return self.mask_offset + int(np.prod(self.mask_shape)) * np.dtype(self.mask_dtype).itemsize
 
     @property
     def in_place(self) -> bool:
@@ -47,12 +62,18 @@ class RowWriter:
     def __init__(self, fmt: RowFormat, memory):
         self.fmt = fmt
         self.rows = np.frombuffer(memory, dtype=fmt.dtype, count=int(np.prod(fmt.shape))).reshape(fmt.shape)
+        self.masks = None if fmt.mask_dtype is None else np.frombuffer(
+            memory, dtype=fmt.mask_dtype, count=int(np.prod(fmt.mask_shape)), offset=fmt.mask_offset).reshape(fmt.mask_shape)
         self._scratch = np.empty((*fmt.size, 3), dtype=np.uint8)
         self._converted = np.empty((*fmt.size, 3), dtype=np.float32) if fmt.table is not None else None
 
     def buffer(self, j: int) -> np.ndarray:
         """uint8 H x W x 3: row j itself when it holds the pixels, else scratch."""
         return self.rows[j] if self.fmt.in_place else self._scratch
+
+    def mask(self, j: int) -> np.ndarray:
+        """Row j's mask (H x W, the delivered dtype), written in place."""
+        return self.masks[j]
 
     def write(self, j: int, sample: np.ndarray) -> None:
         """``sample`` (uint8 H x W x 3) into row j: as it is, or normalized and cast."""

@@ -3,9 +3,10 @@
 
 A store whose only field is ``label`` gets none of this: its batches are (images, int64
 labels) exactly as before. Otherwise the consumer receives, beside the images, the one
-field's tensor (``labels`` multi-hot float32, ``target`` float32, ``keypoints`` float32) or,
-with several fields or boxes, a dict {name: tensor} with the layout of ``batch_layout``
-(README: "Targets").
+field's tensor (``labels`` multi-hot float32, ``target`` float32, ``keypoints`` float32,
+``mask``) or, with several fields or boxes, a dict {name: tensor} with the layout of
+``batch_layout`` and the mask (README: "Targets"). Masks are made per pixel where the pixels
+are (the workers, the GPU engine), not filled here from columns.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import numpy as np
 import torch
 
 from ..augment import plan as plan_augment
-from ..fields import LABEL_ONLY
+from ..fields import LABEL_ONLY, per_pixel
+from .fill import MaskSpec
 
 
 class TargetSpec:
@@ -25,8 +27,10 @@ class TargetSpec:
         self.columns = store.target_columns
         self.layout = self.columns.batch_layout(batch_size)
         self.min_visibility = float(min_visibility)
+        self.masks = bool(per_pixel(store.fields))   # made with the pixels: a "mask" beside the layout's
+        delivered = [*self.layout, *(["mask"] if self.masks else [])]
         # one field, and not boxes (which come as three arrays): a bare tensor, as the label is
-        self.single = next(iter(self.layout)) if len(self.layout) == 1 else None
+        self.single = delivered[0] if len(delivered) == 1 else None
 
     def allocate(self, pin: bool) -> dict[str, torch.Tensor]:
         return {name: torch.empty(shape, dtype=getattr(torch, dtype), pin_memory=pin)
@@ -60,6 +64,22 @@ def target_spec(store, batch_size: int, min_visibility: float) -> TargetSpec | N
     if store.fields == LABEL_ONLY:
         return None
     return TargetSpec(store, batch_size, min_visibility)
+
+
+def mask_spec(store, mask_dtype: torch.dtype, ignore_index: int) -> MaskSpec | None:
+    """How the workers make the store's masks (None without masks); ValueError, before anything
+    starts, when the delivered ``mask_dtype`` cannot hold its classes or ``ignore_index``."""
+    names = per_pixel(store.fields)
+    if not names:
+        return None
+    spec = store.fields[names[0]]
+    info = torch.iinfo(mask_dtype)
+    largest = max(spec.get("values") or [0])
+    if not info.min <= ignore_index <= info.max or largest > info.max:
+        what = f"ignore_index={ignore_index}" if not info.min <= ignore_index <= info.max else f"class {largest}"
+        raise ValueError(f"{store.filename}: masks as {mask_dtype} cannot hold {what}: ask for a wider "
+                         "OutputSpec(mask_dtype=...) (torch.int64 holds every class)")
+    return MaskSpec(png=spec["codec"] == "png", ignore_index=ignore_index)
 
 
 def plan_targets(spec: TargetSpec | None, slot) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..config import OutputSpec, TransformSpec
+from ..fields import per_pixel
 from ..plan import BatchPlan
 from ..transforms import BatchTransforms, SampleTransforms
 from ..transforms.with_targets import check_transforms_for_targets
@@ -31,12 +32,15 @@ class Transforming:
     device (a CUDA output) instead of per sample on the host."""
 
     def __init__(self, spec: TransformSpec, seed: int, num_classes: int | None = None,
-                 batched_on_device: bool = False):
+                 batched_on_device: bool = False, ignore_index: int | None = None, mask_alone: bool = False):
+        """``ignore_index``: the targets hold masks (``mask_alone``: the targets are the masks),
+        which every transform follows; None without masks."""
         sample = SampleTransforms(spec.transforms)
         self.host, self.device = sample.split() if batched_on_device else (sample, SampleTransforms())
         self.batch = BatchTransforms(spec.batch_transforms,
-                                     spec.num_classes if spec.num_classes is not None else num_classes)
-        self.seed = seed
+                                     spec.num_classes if spec.num_classes is not None else num_classes,
+                                     ignore_index=ignore_index, mask_alone=mask_alone)
+        self.seed, self.ignore_index, self.mask_alone = seed, ignore_index, mask_alone
 
     @property
     def per_sample(self) -> bool:
@@ -69,8 +73,19 @@ class Transforming:
             for j in range(len(rows)):
                 rows[j] = self.host.apply_drawn(rows[j], params, j, self.seed, plan.epoch, int(plan.indices[j]))
             pixels = torch.from_numpy(rows).to(pixels.device).permute(0, 3, 1, 2)
+            if self.ignore_index is not None:   # each mask under its image's parameters
+                targets = self._masks_drawn(targets, params)
         images = normalize_batch(self.on_device(pixels, plan), output)
         return self.on_batch(images, targets, plan)
+
+
+    def _masks_drawn(self, targets, params):
+        masks = targets if self.mask_alone else targets["mask"]
+        rows = masks.cpu().numpy().copy()
+        for j in range(len(rows)):
+            rows[j] = self.host.apply_drawn_to_mask(rows[j], params, j, self.ignore_index)
+        moved = torch.from_numpy(rows).to(masks.device)
+        return moved if self.mask_alone else {**targets, "mask": moved}
 
 
 def store_classes(store) -> int | None:
@@ -78,12 +93,16 @@ def store_classes(store) -> int | None:
     return len(store.classes) if store.classes else None
 
 
-def transforming(store, spec: TransformSpec, seed: int, batched_on_device: bool) -> Transforming | None:
+def transforming(store, spec: TransformSpec, seed: int, batched_on_device: bool,
+                 ignore_index: int = 255) -> Transforming | None:
     """The transforms of ``spec`` for a source reading ``store``; None when there are none.
     A TransformError first when the store's boxes cannot follow one of them.
-    ``batched_on_device``: a CUDA output, where the trailing built-ins run batched."""
+    ``batched_on_device``: a CUDA output, where the trailing built-ins run batched; but not
+    for a store with masks, which follow the per-sample transforms where they are made."""
     if not (spec.transforms or spec.batch_transforms):
         return None
-    made = Transforming(spec, seed, store_classes(store), batched_on_device)
+    masks = per_pixel(store.fields)
+    made = Transforming(spec, seed, store_classes(store), batched_on_device and not masks,
+                        ignore_index if masks else None, list(store.fields) == masks)
     check_transforms_for_targets(store.fields, spec.transforms, spec.batch_transforms)
     return made

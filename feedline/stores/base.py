@@ -13,13 +13,14 @@ from ..format import CHECKSUMS, COLUMN_NAMES, Columns, checksum, class_lists_of,
 from ..targets import FIELD_COLUMNS, FieldsError, TargetColumns
 from .advice import will_need
 from .process_local import process_lock
+from .record_targets import RecordTargets
 
 log = logging.getLogger(__name__)
 
 _warned_no_checksums: set[str] = set()   # files already reported, so each is reported once
 
 
-class Store(ABC):
+class Store(RecordTargets, ABC):
     """Random access to records: encoded bytes, targets, (height, width), source path.
     Thread-safe: many threads may call ``read`` at once, with no global lock on the read
     path. Fork-safe (``before_fork`` first): a child never touches, even to close, what it inherited."""
@@ -50,9 +51,9 @@ class Store(ABC):
                 raise self.mismatch_error(i, int(sums[i]), actual)
         return data
 
-    def mismatch_error(self, index: int, expected: int, actual: int) -> ChecksumError:
+    def mismatch_error(self, index: int, expected: int, actual: int, what: str = "the bytes") -> ChecksumError:
         """The error for record ``index`` whose bytes hash to ``actual``, not ``expected``."""
-        return checksum_mismatch(self.filename, index, self.path(index), expected, actual)
+        return checksum_mismatch(self.filename, index, self.path(index), expected, actual, what)
 
     @property
     def checksums(self) -> np.ndarray | None:
@@ -79,10 +80,6 @@ class Store(ABC):
         if self._targets is None:
             self._targets = TargetColumns(self.fields, {"labels": self.columns.labels}, len(self), self.class_lists)
         return self._targets
-
-    def targets(self, index: int) -> dict:
-        """Record ``index``'s targets as plain values, one entry per field (see `TargetColumns.record`)."""
-        return self.target_columns.record(self._check(index))
 
     def size(self, index: int) -> tuple[int, int]:
         h, w = self.columns.sizes[self._check(index)]
@@ -170,16 +167,18 @@ class Store(ABC):
         return f"<{type(self).__name__} {self.filename!r}: {len(self)} records, {len(self.classes)} classes>"
 
 
-def checksum_mismatch(filename: str, index: int, path: str, expected: int, actual: int) -> ChecksumError:
+def checksum_mismatch(filename: str, index: int, path: str, expected: int, actual: int,
+                      what: str = "the bytes") -> ChecksumError:
     """A record's checksum mismatch: what, where and what to do; ``.detail`` is what the
-    loader's one-line error adds after naming the record and before its own advice."""
+    loader's one-line error adds after naming the record and before its own advice. ``what``:
+    the bytes read (the image's, or "its mask's bytes")."""
     return ChecksumError(
         f"{filename}: record {index} ({path}): checksum mismatch (stored {expected:016x}, "
-        f"the bytes read hash to {actual:016x}): the file changed on disk after it was packed. "
+        f"{what} read hash to {actual:016x}): the file changed on disk after it was packed. "
         "Copy it again or pack the source folder again (feedline pack SRC OUT --overwrite); "
         "`feedline verify --checksums-only` lists every damaged record; to train past damaged "
         "records, pass on_error='substitute'.", filename, index, path,
-        detail=(f"stored {expected:016x}, the bytes read hash to {actual:016x}: the file changed on "
+        detail=(f"stored {expected:016x}, {what} read hash to {actual:016x}: the file changed on "
                 "disk after it was packed; copy it again or pack the source folder again "
                 "(feedline pack SRC OUT --overwrite)"))
 

@@ -40,6 +40,7 @@ class FolderStore(Store):
         if scan.targets is not None and scan.targets.fields:
             arrays = {"labels": self.columns.labels, **scan.targets.arrays}
             self._targets = TargetColumns(scan.fields, arrays, len(scan.paths), scan.class_lists)
+        self._masks = scan.masks   # each record's mask file, relative to the folder (a labels file's mask column)
         self._sizes_known = np.zeros(len(scan.paths), dtype=bool)
         self._too_large: dict[int, str] = {}   # index -> Pillow's reason: read() refuses these
 
@@ -59,6 +60,16 @@ class FolderStore(Store):
                 return fh.read()
         except OSError as exc:
             raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
+
+    def read_mask(self, index: int) -> bytes:
+        if self._masks is None:
+            return super().read_mask(index)
+        path = os.path.join(self.filename, self._masks[self._check(index)])
+        try:
+            with open(path, "rb") as fh:
+                return fh.read()
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot read the mask ({exc.strerror})") from None
 
     def size(self, index: int) -> tuple[int, int]:
         i = self._check(index)

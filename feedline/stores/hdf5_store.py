@@ -9,7 +9,8 @@ import h5py
 import numpy as np
 
 from ..errors import StoreError
-from ..format import COLUMN_DTYPES, HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS, parse_meta
+from ..fields import per_pixel
+from ..format import COLUMN_DTYPES, HDF5_IMAGES, HDF5_MASK_OFFSETS, HDF5_MASKS, HDF5_META_ATTR, HDF5_OFFSETS, parse_meta
 from ..targets import TARGET_DTYPES
 from .base import Store, column_names, load_columns, load_targets
 from .process_local import ProcessLocal
@@ -67,6 +68,7 @@ class Hdf5Store(Store):
                 if images.chunks is not None or images.compression is not None:
                     raise StoreError(f"{filename}: the images dataset is chunked or compressed; "
                                      "feedline writes it contiguous. Pack it again with feedline.")
+                self._masks = _masks_region(fh, filename) if per_pixel(self.meta.get("fields") or {}) else None
             except (KeyError, OSError, ValueError, TypeError, AttributeError) as exc:  # KeyError: present, unreadable
                 detail = exc.args[0] if isinstance(exc, KeyError) else exc   # str() of a KeyError quotes its text
                 raise StoreError(f"{filename}: cannot read the HDF5 layout ({detail}); the file is damaged. "
@@ -75,21 +77,24 @@ class Hdf5Store(Store):
         self.columns = load_columns(buffers, self.meta["count"], filename)
         self._targets = load_targets(self.meta, buffers, self.meta["count"], filename)
         self._note_missing_checksums()
-        offsets = self.offsets
-        if (len(offsets) != len(self.columns) + 1 or offsets[0] < 0 or offsets[-1] != self._data_size
-                or bool(np.any(offsets[1:] < offsets[:-1]))):
-            raise StoreError(f"{filename}: image offsets disagree with the record count or the data size; "
-                             "the file is damaged. Pack it again.")
-        if self._data_size and (self._data_offset is None
-                                or self._data_offset + self._data_size > os.path.getsize(filename)):
-            raise StoreError(f"{filename}: the file is truncated (image data runs past its end). Pack it again.")
-        # Each process maps the file itself (a forked child leaves its parent's map alone).
-        self._map: ProcessLocal[np.ndarray] = ProcessLocal(partial(_map_images, filename, self._data_offset,
+        _check_region(filename, "image", self.offsets, self._data_offset, self._data_size, len(self.columns))
+        if self._masks is not None:
+            _check_region(filename, "mask", self._masks[0], self._masks[1], self._masks[2], len(self.columns))
+        # Each process maps the file itself (a forked child leaves its parent's maps alone).
+        self._map: ProcessLocal[np.ndarray] = ProcessLocal(partial(_mapped, filename, self._data_offset,
                                                                    self._data_size))
+        self._mask_map = None if self._masks is None else ProcessLocal(partial(_mapped, filename, *self._masks[1:]))
 
     def read(self, index: int):
         i = self._check(index)
         return self._map.get()[self.offsets[i]:self.offsets[i + 1]]
+
+    def read_mask(self, index: int):
+        if self._masks is None:
+            return super().read_mask(index)
+        i = self._check(index)
+        offsets = self._masks[0]
+        return self._mask_map.get()[offsets[i]:offsets[i + 1]]
 
     def byte_lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
@@ -100,12 +105,14 @@ class Hdf5Store(Store):
         return [(self.filename, self._data_offset + start, end - start)] if end > start else []
 
     def close(self) -> None:
-        """Drop this process's map (records read stay valid while referenced); reading maps it again."""
+        """Drop this process's maps (records read stay valid while referenced); reading maps them again."""
         self._map.take()
+        if self._mask_map is not None:
+            self._mask_map.take()
 
 
-def _map_images(filename: str, offset: int, size: int) -> np.ndarray:
-    """The images dataset's bytes, mapped read-only and advised for random reads."""
+def _mapped(filename: str, offset: int | None, size: int) -> np.ndarray:
+    """``size`` bytes of the file at ``offset``, mapped read-only and advised for random reads."""
     if size == 0:
         return np.zeros(0, dtype=np.uint8)
     data = np.memmap(filename, dtype=np.uint8, mode="r", offset=offset, shape=(size,))
@@ -114,3 +121,23 @@ def _map_images(filename: str, offset: int, size: int) -> np.ndarray:
     except (AttributeError, OSError):
         pass
     return data
+
+
+def _masks_region(fh: h5py.File, filename: str) -> tuple[np.ndarray, int | None, int]:
+    """(offsets, file offset, size) of the stored masks (format version 5)."""
+    masks = _dataset(fh, HDF5_MASKS, filename)
+    if (not isinstance(masks, h5py.Dataset) or masks.dtype != np.uint8 or masks.ndim != 1
+            or masks.chunks is not None or masks.compression is not None):
+        raise StoreError(f"{filename}: the masks dataset is not a flat contiguous uint8 array; the file is "
+                         "damaged. Pack it again.")
+    offsets = np.ascontiguousarray(_dataset(fh, HDF5_MASK_OFFSETS, filename)[...], dtype=np.int64).reshape(-1)
+    return offsets, masks.id.get_offset(), int(masks.shape[0])
+
+
+def _check_region(filename: str, what: str, offsets: np.ndarray, start: int | None, size: int, count: int) -> None:
+    if (len(offsets) != count + 1 or offsets[0] < 0 or offsets[-1] != size
+            or bool(np.any(offsets[1:] < offsets[:-1]))):
+        raise StoreError(f"{filename}: {what} offsets disagree with the record count or the data size; "
+                         "the file is damaged. Pack it again.")
+    if size and (start is None or start + size > os.path.getsize(filename)):
+        raise StoreError(f"{filename}: the file is truncated ({what} data runs past its end). Pack it again.")

@@ -85,22 +85,29 @@ class LazyShard(Store):
         self._opened: ProcessLocal[_Opened] = ProcessLocal(_Opened, _Opened.close)
 
     def read(self, index: int):
+        return self._fetched(index, "read")
+
+    def read_mask(self, index: int):
+        return self._fetched(index, "read_mask")
+
+    def _fetched(self, index: int, method: str):
+        """``method`` (read, read_mask) of the cached shard; a damaged copy is fetched again once."""
         try:
-            return self._read(index)
+            return self._read(index, method)
         except UnavailableError:
             raise
         except StoreError as exc:
             log.warning("%s; the cached copy of %s is damaged: fetching it again", exc, self.filename)
         self.refetch()
         try:
-            return self._read(index)
+            return self._read(index, method)
         except UnavailableError:
             raise
         except StoreError as exc:
             raise StoreError(f"{exc}; again after fetching {self.filename} a second time (the fetched copy "
                              "checked out): the cache's disk may be failing") from None
 
-    def _read(self, index: int):
+    def _read(self, index: int, method: str):
         opened = self._opened.get()
         with opened.lock:
             local = opened.local
@@ -115,7 +122,7 @@ class LazyShard(Store):
                     local = opened.local
                 opened.reading += 1
         try:
-            return bytes(local.read(index))   # a copy: the file may be closed once this returns
+            return bytes(getattr(local, method)(index))   # a copy: the file may be closed once this returns
         finally:
             with opened.lock:
                 opened.reading -= 1

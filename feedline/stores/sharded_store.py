@@ -29,7 +29,7 @@ from .detect import open_file
 
 log = logging.getLogger(__name__)
 
-_SIDE_FILES = (".errors.csv", ".partial", ".partial.images", ".partial.journal", ".partial.lock", ".json")
+_SIDE_FILES = (".errors.csv", ".partial", ".partial.images", ".partial.journal", ".partial.masks", ".partial.lock", ".json")
 
 
 class ShardedStore(Store):
@@ -125,9 +125,13 @@ class ShardedStore(Store):
         store, local = self._locate(self._check(index))
         return store.read(local)
 
-    def mismatch_error(self, index: int, expected: int, actual: int) -> ChecksumError:
+    def read_mask(self, index: int):
+        store, local = self._locate(self._check(index))
+        return store.read_mask(local)
+
+    def mismatch_error(self, index: int, expected: int, actual: int, what: str = "the bytes") -> ChecksumError:
         store, local = self._locate(index)
-        error = store.mismatch_error(local, expected, actual)
+        error = store.mismatch_error(local, expected, actual, what)
         return ChecksumError(f"{self.filename}: record {index}, in shard {error}", store.filename, index,
                              error.path, detail=f"in shard {store.filename}, {error.detail}")
 

@@ -42,6 +42,7 @@ class TaskChoice(Choice):
     CLASSIFY = "classify"      # label: one class per image, cross-entropy
     MULTILABEL = "multilabel"  # labels: several classes per image, binary cross-entropy
     REGRESS = "regress"        # target: numbers, MSE or smooth L1
+    SEGMENT = "segment"        # mask: a class per pixel, cross-entropy without the ignore_index pixels
 
 
 class RegressionLoss(Choice):

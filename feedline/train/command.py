@@ -54,6 +54,8 @@ def run(args) -> int:
             line += f", val top-1 {last['top1']:.1%}, top-5 {last['top5']:.1%}"
         if "ema_top1" in last:
             line += f", EMA val top-1 {last['ema_top1']:.1%}, top-5 {last['ema_top5']:.1%}"
+        if "mIoU" in last:
+            line += f", val mIoU {last['mIoU']:.1%}"
         print(line)
     elif cfg.synthetic and result.synthetic_images_per_s:
         print(f"synthetic: {result.synthetic_images_per_s:,.0f} images/s per rank")

@@ -59,9 +59,8 @@ class TrainConfig(RecipeOptions, OptimOptions):
                                   "(timm's); never shortened: a run shorter than its warmup says so", MODEL)
     label_smoothing: float = option(0.1, "regularizes over-confident logits (Szegedy et al., Inception v3)",
                                     MODEL, aliases=("--smoothing",))
-    task: TaskChoice = option(TaskChoice.AUTO, "what to learn from a store with several fields: classify "
-                              "(label), multilabel (labels) or regress (target); auto = its one such field, "
-                              "refused when it has several", MODEL)
+    task: TaskChoice = option(TaskChoice.AUTO, "what to learn: classify (label), multilabel (labels), regress (target) "
+                              "or segment (mask); auto = the store's one such field, refused when it has several", MODEL)
     regression_loss: RegressionLoss = option(RegressionLoss.MSE, "loss of a `target` field: mse or smooth-l1", MODEL)
     zero_init_residual: bool = option(True, "start each residual block's last BatchNorm at gamma 0, so "
                                       "blocks start as identity", MODEL)

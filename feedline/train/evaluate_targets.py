@@ -12,7 +12,8 @@ from torch import nn
 from .distributed import DistInfo, all_reduce_sum, broadcast_buffers
 from .step import Amp
 from .evaluate import evaluate
-from .task import CLASSIFY, MULTI_LABEL, FieldLoss, Task
+from .evaluate_segment import evaluate_segmentation
+from .task import CLASSIFY, MULTI_LABEL, SEGMENTATION, FieldLoss, Task
 
 BINS = 1000
 
@@ -70,7 +71,9 @@ def evaluate_targets(model: nn.Module, loader, amp: Amp, device: torch.device, i
 
 
 def validate(model: nn.Module, loader, amp: Amp, info: DistInfo, task: Task, cfg) -> dict:
-    """The end-of-epoch validation of ``task``: top-1/top-5 for classes, else mAP or MAE."""
+    """The end-of-epoch validation of ``task``: top-1/top-5 for classes, mIoU for masks, else mAP or MAE."""
     if task.kind == CLASSIFY:
         return evaluate(model, loader, amp, info.device, info, task.outputs)
+    if task.kind == SEGMENTATION:
+        return evaluate_segmentation(model, loader, amp, info.device, info, task.criterion(cfg), task.outputs)
     return evaluate_targets(model, loader, amp, info.device, info, task.criterion(cfg), task.outputs)

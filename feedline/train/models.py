@@ -1,4 +1,5 @@
-"""The trainer's models: ResNet-18/50 (torchvision's layout, no torchvision) and a tiny CNN.
+"""The trainer's models: ResNet-18/50 (torchvision's layout, no torchvision) and a tiny CNN;
+for segmentation (``--task segment``) the same backbones under a small FCN head.
 
 Convolutions before a BatchNorm carry no bias (the BN shift replaces it). With
 ``zero_init_residual`` the last BN of each residual block starts at gamma = 0, so
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .choices import Arch
@@ -103,10 +105,13 @@ class ResNet(nn.Module):
         layers += [block(self.cin, width) for _ in range(1, blocks)]
         return nn.Sequential(*layers)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The last stage's maps (stride 32): what the classifier pools."""
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(self.avgpool(x), 1))
+        return self.layer4(self.layer3(self.layer2(self.layer1(x))))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.avgpool(self.features(x)), 1))
 
 
 class TinyNet(nn.Module):
@@ -126,6 +131,31 @@ class TinyNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+class FCN(nn.Module):
+    """A backbone's last maps under torchvision's FCNHead (3x3 conv to a quarter of the channels,
+    BN, ReLU, dropout 0.1, 1x1 conv to the classes), upsampled bilinearly to the input: (N, C, H, W).
+    The backbone's classifier is left out of it."""
+
+    def __init__(self, backbone: nn.Module, channels: int, num_classes: int):
+        super().__init__()
+        self.backbone = backbone
+        inner = channels // 4
+        self.head = nn.Sequential(_conv3x3(channels, inner), nn.BatchNorm2d(inner), nn.ReLU(inplace=True),
+                                  nn.Dropout(0.1), nn.Conv2d(inner, num_classes, 1))
+        _init_weights(self.head)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        maps = self.backbone.features(x)
+        return F.interpolate(self.head(maps), size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
+def fcn(backbone: nn.Module, num_classes: int) -> FCN:
+    """``backbone`` (ResNet or TinyNet) under an FCN head; its classifier dropped."""
+    channels = backbone.fc.in_features
+    backbone.fc = nn.Identity()
+    return FCN(backbone, channels, num_classes)
 
 
 def _init_weights(model: nn.Module) -> None:
@@ -153,12 +183,15 @@ MODELS: dict[Arch, Callable[..., nn.Module]] = {Arch.RESNET18: resnet18, Arch.RE
                                                Arch.TINY: tiny}
 
 
-def build_model(name: str | Arch, num_classes: int = 1000, zero_init_residual: bool = True) -> nn.Module:
-    """A freshly initialized model by name; TrainError names the choices for an unknown one."""
+def build_model(name: str | Arch, num_classes: int = 1000, zero_init_residual: bool = True,
+                segment: bool = False) -> nn.Module:
+    """A freshly initialized model by name (``segment``: under an FCN head, one score per class
+    and pixel); TrainError names the choices for an unknown one."""
     try:
         builder = MODELS[Arch.parse(name, "architecture")]
     except ValueError as exc:
         raise TrainError(str(exc)) from None
     if num_classes < 1:
         raise TrainError(f"a model needs at least one class, got num_classes={num_classes}")
-    return builder(num_classes=num_classes, zero_init_residual=zero_init_residual)
+    model = builder(num_classes=num_classes, zero_init_residual=zero_init_residual)
+    return fcn(model, num_classes) if segment else model

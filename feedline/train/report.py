@@ -145,11 +145,13 @@ def schedule_text(cfg, lr: float, warmup_steps: int) -> str:
 
 def scores(record: dict, prefix: str = "") -> str:
     """The validation scores of a record's model (``prefix`` "ema_": its EMA's): top-1 and top-5,
-    mAP (multi-label) or MAE (regression; task.py)."""
+    mAP (multi-label), MAE (regression) or mIoU (segmentation; task.py)."""
     if f"{prefix}top1" in record:
         return f"top-1 {record[prefix + 'top1']:.1%}, top-5 {record[prefix + 'top5']:.1%}"
     if f"{prefix}mAP" in record:
         return f"mAP {record[prefix + 'mAP']:.1%}"
+    if f"{prefix}mIoU" in record:
+        return f"mIoU {record[prefix + 'mIoU']:.1%}, pixel accuracy {record[prefix + 'pixel_accuracy']:.1%}"
     return f"MAE {record[prefix + 'mae']:.4g}"
 
 

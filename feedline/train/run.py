@@ -26,7 +26,7 @@ from .schedule import warmup_steps_for
 from .setup import WARMUP_MICRO, build_runner, configure_torch, peak_lr, place_model, resolve_amp
 from .step import StepRunner
 from .synthetic import measure_synthetic, run_synthetic_only
-from .task import task_of
+from .task import SEGMENTATION, task_of
 
 
 class Trainer:
@@ -93,7 +93,7 @@ class Trainer:
         warmup = warmup_said(cfg, steps_per_epoch, self.reporter)
         self.checkpoints = Checkpoints(cfg, info, self.reporter, self.data.num_classes, steps_per_epoch,
                                        len(self.data.train))
-        raw = place_model(cfg, info, self.data.num_classes)
+        raw = place_model(cfg, info, self.data.num_classes, segment=self.task.kind == SEGMENTATION)
         state, self.resume_state = self.resume_state, None  # the host copy of the weights goes after this
         if state is not None:
             self.checkpoints.restore_model(state, raw)
@@ -109,7 +109,8 @@ class Trainer:
         result.steps, result.epochs_done = self.progress.step, self.progress.epoch
         if cfg.synthetic_steps and not result.stopped_early:
             result.synthetic_images_per_s = measure_synthetic(raw, cfg, info, self.amp, self.lr,
-                                                              self.data.num_classes, self.input_dtype)
+                                                              self.data.num_classes, self.input_dtype,
+                                                              *synthetic_targets(self.task, cfg))
         finish(result, raw, info, self.reporter)
         return result
 
@@ -201,6 +202,12 @@ def refuse_a_run_in_the_way(out: str, allowed: bool, info: DistInfo) -> None:
         held = held or ["checkpoint.pt or metrics.jsonl, seen by another rank"]
         raise TrainError(f"--out {out} already holds a run ({', '.join(held)}): pass --resume to continue it, "
                          "--overwrite to start afresh there, or another --out")
+
+
+def synthetic_targets(task, cfg: TrainConfig) -> tuple:
+    """(criterion, per_pixel) of the synthetic measurement: a segmentation run's own, else
+    classification's (its random labels stand in for any per-image target)."""
+    return (task.criterion(cfg), True) if task.kind == SEGMENTATION else (None, False)
 
 
 def validated(raw: nn.Module, runner: StepRunner, loader, amp, info: DistInfo, task, cfg: TrainConfig) -> dict:

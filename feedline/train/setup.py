@@ -52,10 +52,10 @@ def resolve_amp(mode: str | AmpMode, device: torch.device) -> Amp:
     return Amp(device.type, dtype)
 
 
-def place_model(cfg: TrainConfig, info: DistInfo, num_classes: int) -> nn.Module:
-    """A fresh --arch model on this rank's device, in channels_last when asked, with
-    SyncBatchNorm when asked (CUDA only)."""
-    raw = build_model(cfg.arch, num_classes, cfg.zero_init_residual)
+def place_model(cfg: TrainConfig, info: DistInfo, num_classes: int, segment: bool = False) -> nn.Module:
+    """A fresh --arch model on this rank's device (``segment``: under an FCN head), in
+    channels_last when asked, with SyncBatchNorm when asked (CUDA only)."""
+    raw = build_model(cfg.arch, num_classes, cfg.zero_init_residual, segment)
     if cfg.sync_bn and info.distributed:
         if info.device.type != "cuda":
             raise TrainError("--sync-bn needs CUDA GPUs (SyncBatchNorm has no CPU path); drop it on CPU")

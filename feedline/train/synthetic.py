@@ -22,13 +22,15 @@ class SyntheticLoader:
 
     def __init__(self, batch_size: int, size: int, num_classes: int, steps: int,
                  device: torch.device, dtype: torch.dtype = torch.float32,
-                 channels_last: bool = True, seed: int = 0):
+                 channels_last: bool = True, seed: int = 0, per_pixel: bool = False):
+        """``per_pixel``: a class per pixel (a segmentation model's targets), else per image."""
         gen = torch.Generator().manual_seed(seed)
         images = torch.randn(batch_size, 3, size, size, generator=gen).to(device=device, dtype=dtype)
         if channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         self.images = images
-        self.labels = torch.randint(0, num_classes, (batch_size,), generator=gen).to(device)
+        shape = (batch_size, size, size) if per_pixel else (batch_size,)
+        self.labels = torch.randint(0, num_classes, shape, generator=gen).to(device)
         self.steps = steps
         self.stats = LoaderStats()
 
@@ -51,14 +53,16 @@ class SyntheticLoader:
 
 
 def measure_synthetic(raw: nn.Module, cfg: TrainConfig, info: DistInfo, amp: Amp, lr: float,
-                      num_classes: int, dtype: torch.dtype) -> float | None:
+                      num_classes: int, dtype: torch.dtype, criterion: nn.Module | None = None,
+                      per_pixel: bool = False) -> float | None:
     """Images/s per rank of the same model, step and options on random tensors already on the
-    device, trained on a copy (the trained weights stay untouched): the model's ceiling.
+    device, trained on a copy (the trained weights stay untouched): the model's ceiling. The
+    run's ``criterion`` (classification when None); ``per_pixel``: its targets are masks.
     Collective when distributed: every rank must call it."""
     steps = cfg.synthetic_steps
-    runner = build_runner(copy.deepcopy(raw), cfg, info, amp, lr, 0, max(steps, 1))
+    runner = build_runner(copy.deepcopy(raw), cfg, info, amp, lr, 0, max(steps, 1), criterion)
     loader = SyntheticLoader(cfg.batch_size, cfg.size, num_classes, steps, info.device, dtype,
-                             cfg.channels_last, cfg.seed)
+                             cfg.channels_last, cfg.seed, per_pixel)
     er = train_epoch(runner, loader, Progress(), accum_steps=cfg.accum_steps, device=info.device,
                      log_every=max(steps, 1), warmup_micro=min(WARMUP_MICRO, steps - 1))
     return er.timed_images / er.timed_s if er.timed_s > 0 else None

@@ -1,7 +1,8 @@
 """What the trainer learns, chosen from the training store's fields by ``--task``: one class
 per image (``classify``, a ``label`` field: cross-entropy, top-1/top-5), several (``multilabel``,
 ``labels``: binary cross-entropy on each logit, mean average precision) or numbers (``regress``,
-``target``: MSE or smooth L1, mean absolute error). Each field kind says which task it serves
+``target``: MSE or smooth L1, mean absolute error) or a class per pixel (``segment``, ``mask``:
+cross-entropy over the pixels but those of ``IGNORE_INDEX``, mean IoU). Each field kind says which task it serves
 (`feedline.fields`); a store with one such field trains it, a store with several is refused
 until ``--task`` names one (the trainer does not guess). Boxes and keypoints are for your own
 loop (README: "a detection-style loop")."""
@@ -17,8 +18,10 @@ from ..fields import KINDS
 from .choices import TaskChoice
 from .config import TrainError
 
-CLASSIFY, MULTI_LABEL, REGRESSION = "classification", "multi-label", "regression"
-KIND_OF_TASK = {TaskChoice.CLASSIFY: CLASSIFY, TaskChoice.MULTILABEL: MULTI_LABEL, TaskChoice.REGRESS: REGRESSION}
+CLASSIFY, MULTI_LABEL, REGRESSION, SEGMENTATION = "classification", "multi-label", "regression", "segmentation"
+KIND_OF_TASK = {TaskChoice.CLASSIFY: CLASSIFY, TaskChoice.MULTILABEL: MULTI_LABEL, TaskChoice.REGRESS: REGRESSION,
+                TaskChoice.SEGMENT: SEGMENTATION}
+IGNORE_INDEX = 255   # the loader's default: pixels outside the image, erased, or marked so in the masks
 
 
 class FieldLoss(nn.Module):
@@ -41,6 +44,9 @@ class FieldLoss(nn.Module):
             return per_sample.sum() if reduction == "sum" else per_sample.mean() if reduction == "mean" else per_sample
         if self.kind == CLASSIFY:
             return F.cross_entropy(outputs, y, label_smoothing=self.label_smoothing, reduction=reduction)
+        if self.kind == SEGMENTATION:   # (N, C, H, W) scores against (N, H, W) classes
+            return F.cross_entropy(outputs.float(), y.long(), ignore_index=IGNORE_INDEX,
+                                   label_smoothing=self.label_smoothing, reduction=reduction)
         outputs = outputs.float().reshape(y.shape)   # a scalar target: (B, 1) outputs against (B,)
         if self.kind == MULTI_LABEL:
             return F.binary_cross_entropy_with_logits(outputs, y, reduction=reduction)
@@ -75,12 +81,17 @@ def choose_task(train, num_classes: int, wanted: TaskChoice | str = TaskChoice.A
     if wanted.value not in learnable:
         kinds = ", ".join(k.name for k in KINDS.values() if k.task == wanted.value)
         raise TrainError(f"{train.filename} holds only {', '.join(fields)}: the trainer trains classifiers "
-                         f"(label or labels) and regressors (target)"
+                         f"(label or labels), regressors (target) and segmenters (mask)"
                          + (f"; --task {wanted.value} needs {kinds}" if kinds else "")
                          + (f"; this store offers {choices}" if learnable else
                             "; read boxes or keypoints in your own loop (README: a detection-style loop), or "
                             "pack a label column too"))
     f = learnable[wanted.value]
+    if wanted is TaskChoice.SEGMENT:
+        outputs = f.classes_beside(IGNORE_INDEX)
+        if outputs < 1:
+            raise TrainError(f"{train.filename}: its masks hold no class but {IGNORE_INDEX} (ignored): nothing to learn")
+        return Task(SEGMENTATION, f.name, outputs)
     return Task(KIND_OF_TASK[wanted], f.name, num_classes if wanted is TaskChoice.CLASSIFY else f.outputs())
 
 
@@ -105,6 +116,12 @@ def check_val(val, train, task: Task, num_classes: int) -> None:
         how = "a label column (or class folders)" if task.kind == CLASSIFY else f"a {field} column"
         raise TrainError(f"{name} holds {', '.join(val.fields)}, but the run learns {field} from TRAIN "
                          f"{train.filename}: pack --val with {how} too")
+    if task.kind == SEGMENTATION:
+        theirs = val.target_columns.kinds[field].classes_beside(IGNORE_INDEX)
+        if theirs > task.outputs:
+            raise TrainError(f"{name}'s masks hold classes up to {theirs - 1}, beyond the {task.outputs} of TRAIN "
+                             f"{train.filename}'s: pack both with the same classes")
+        return
     if task.kind == REGRESSION:
         mine, theirs = train.fields[field].get("width", 1), val.fields[field].get("width", 1)
         if mine != theirs:

@@ -20,6 +20,7 @@ OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Br
        "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize")
 SIGNED = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color",
           "Contrast", "Sharpness"}
+GEOMETRIC_OPS = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"}
 
 
 _TOPS = {  # op -> (RandAugment's top, TrivialAugmentWide's top); translate's scale with the side
@@ -93,6 +94,17 @@ def apply_op_np(op: str, img: np.ndarray, v: float, fill) -> np.ndarray:
     return index_maps.warp_nearest(img, _matrix(op, float(v), *img.shape[:2]), fill)
 
 
+def apply_op_mask(op: str, mask: np.ndarray, v: float, ignore_index: int) -> np.ndarray:
+    """The same op on a mask: the geometric ones on the image's picks, the others leave it."""
+    if op == "TranslateX":
+        return index_maps.shift_mask(mask, int(v), 0, ignore_index)
+    if op == "TranslateY":
+        return index_maps.shift_mask(mask, 0, int(v), ignore_index)
+    if op in GEOMETRIC_OPS:
+        return index_maps.warp_mask(mask, _matrix(op, float(v), *mask.shape), ignore_index)
+    return mask
+
+
 def apply_op_t(op: str, x: torch.Tensor, v: np.ndarray, fill) -> torch.Tensor:
     """The same op on a float batch, ``v`` one signed magnitude per sample."""
     if op in _ENHANCE_T:
@@ -130,13 +142,22 @@ class _AutoAugment(SampleOp):
         v = magnitude(op, bins, self.num_magnitude_bins, h, w, self.wide)
         return np.where(negative & (op in SIGNED), -v, v)
 
-    def apply_cpu(self, image: np.ndarray, p: dict) -> np.ndarray:
-        h, w = image.shape[:2]
+    def _magnitudes(self, p: dict, h: int, w: int):
+        """(op, signed magnitude) of each of the sample's slots."""
         for k in range(self._slots):
             op = OPS[p["op"][k]]
             v = float(magnitude_table(op, self.num_magnitude_bins, h, w, self.wide)[p["bin"][k]])
-            image = apply_op_np(op, image, -v if p["negative"][k] and op in SIGNED else v, self.fill)
+            yield op, -v if p["negative"][k] and op in SIGNED else v
+
+    def apply_cpu(self, image: np.ndarray, p: dict) -> np.ndarray:
+        for op, v in self._magnitudes(p, *image.shape[:2]):
+            image = apply_op_np(op, image, v, self.fill)
         return image
+
+    def apply_mask(self, mask: np.ndarray, p: dict, ignore_index: int) -> np.ndarray:
+        for op, v in self._magnitudes(p, *mask.shape):
+            mask = apply_op_mask(op, mask, v, ignore_index)
+        return mask
 
     def apply_torch(self, images: torch.Tensor, params: Params) -> torch.Tensor:
         h, w = images.shape[-2:]

@@ -79,6 +79,12 @@ class SampleOp:
     def apply_torch(self, images, params: Params):
         raise NotImplementedError
 
+    def apply_mask(self, mask: np.ndarray, p: dict, ignore_index: int) -> np.ndarray:
+        """One sample's mask (H x W class indices) under the parameters its image had: moved by
+        the geometric ops (nearest, ``ignore_index`` where no source pixel is), erased to
+        ``ignore_index``; a photometric op leaves it as it is (this default)."""
+        return mask
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_") and not k.isupper())
         return f"{type(self).__name__}({args})"

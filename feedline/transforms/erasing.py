@@ -94,6 +94,17 @@ class RandomErasing(SampleOp):
             out[top:top + h, left:left + w] = np.broadcast_to(np.asarray(self.value, np.uint8), (3,))
         return out
 
+    def apply_mask(self, mask: np.ndarray, p: dict, ignore_index: int) -> np.ndarray:
+        """The erased box is nobody's class: ``ignore_index``."""
+        if not p["apply"]:
+            return mask
+        top, left, h, w = self._boxes(p, *mask.shape)[0]
+        if h == 0:
+            return mask
+        out = mask.copy()
+        out[top:top + h, left:left + w] = ignore_index
+        return out
+
     def apply_torch(self, images: torch.Tensor, params: Params) -> torch.Tensor:
         n, _, height, width = images.shape
         boxes = self._boxes(params, height, width)

@@ -73,7 +73,7 @@ _CACHE = MapCache()
 os.register_at_fork(after_in_child=_CACHE.renew_lock)   # the maps stay: shared pages, still valid
 
 
-def source_map(matrix, height: int, width: int) -> np.ndarray:
+def source_map(matrix, height: int, width: int, dtype=torch.int16) -> np.ndarray:
     """int16 H x W x 2: the (x, y) of the pixel each output pixel takes, (-1, -1) outside, as
     grid_sample (nearest, zeros outside) picks it on torchvision's grid for ``matrix``."""
     ys, xs = torch.meshgrid(torch.arange(1, height + 1, dtype=torch.float32),
@@ -81,7 +81,7 @@ def source_map(matrix, height: int, width: int) -> np.ndarray:
     coords = torch.stack((xs, ys))[None]      # 1-based, so that 0 (outside) becomes -1
     picked = F.grid_sample(coords, affine_grid(matrix, height, width, "cpu"), mode="nearest",
                            padding_mode="zeros", align_corners=False)
-    return (picked[0] - 1).permute(1, 2, 0).to(torch.int16).contiguous().numpy()
+    return (picked[0] - 1).permute(1, 2, 0).to(dtype).contiguous().numpy()
 
 
 def fill_u8(fill) -> tuple[int, int, int]:
@@ -99,6 +99,29 @@ def warp_nearest(img: np.ndarray, matrix, fill=0) -> np.ndarray:
     picks = _CACHE.get(key, lambda: source_map(matrix, h, w))
     return cv2.remap(np.ascontiguousarray(img), picks, None, cv2.INTER_NEAREST,
                      borderMode=cv2.BORDER_CONSTANT, borderValue=fill_u8(fill))
+
+
+def warp_mask(mask: np.ndarray, matrix, fill: int) -> np.ndarray:
+    """A mask (H x W, any integer dtype) through ``matrix`` on the image's picks (``warp_nearest``'s
+    cached map): each output pixel the class of the source pixel the image's takes, ``fill``
+    outside the image."""
+    h, w = mask.shape
+    picks = source_map(matrix, h, w, torch.int32) if max(h, w) >= _MAX_SIDE else \
+        _CACHE.get((tuple(float(v) for v in matrix), h, w), lambda: source_map(matrix, h, w))
+    xs, ys = picks[..., 0], picks[..., 1]
+    out = mask[np.maximum(ys, 0), np.maximum(xs, 0)]
+    out[xs < 0] = fill
+    return out
+
+
+def shift_mask(mask: np.ndarray, tx: int, ty: int, fill: int) -> np.ndarray:
+    """A mask moved as ``shift`` moves its image, ``fill`` where nothing lands."""
+    h, w = mask.shape
+    out = np.full_like(mask, fill)
+    if abs(tx) < w and abs(ty) < h:
+        out[max(ty, 0):h + min(ty, 0), max(tx, 0):w + min(tx, 0)] = \
+            mask[max(-ty, 0):h - max(ty, 0), max(-tx, 0):w - max(tx, 0)]
+    return out
 
 
 def shift(img: np.ndarray, tx: int, ty: int, fill=0) -> np.ndarray:

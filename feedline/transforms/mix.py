@@ -208,6 +208,22 @@ class Mixup:
         """timm's partners (``flip(0)``): sample n - 1 - i for sample i; an odd middle is its own."""
         return torch.arange(n - 1, -1, -1, device=device)
 
+    def mix_images(self, images: torch.Tensor, params: dict) -> torch.Tensor:
+        """The images mixed (same dtype), in place where ``apply`` says."""
+        one_draw = self.mode == "batch"
+        if mix_rows.fits(images):
+            draw = mix_rows.RowDraw.of(params["lam"], params["cutmix"], params["boxes"], one_draw)
+            return mix_rows.mix_rows(images, self.PAIRING, draw, self._rows_scratch)
+        return mix_batch(images, self.partners(len(images), images.device), params, one_draw, self._scratch)
+
+    def paste_masks(self, masks: torch.Tensor, params: dict) -> torch.Tensor:
+        """Masks (N x H x W) as CutMix means them: a cut sample's mask takes its partner's classes
+        in the box, where its pixels took the partner's pixels; the others keep theirs."""
+        n, height, width = masks.shape
+        inside = box_mask(torch.empty((n, 1, height, width), device=masks.device), params["boxes"],
+                          np.asarray(params["cutmix"], bool))[:, 0] > 0
+        return torch.where(inside, masks[self.partners(n, masks.device)], masks)
+
     def apply(self, images: torch.Tensor, targets: torch.Tensor, params: dict, multi_hot: bool = False):
         """Mixed images (same dtype) and mixed probability targets (N, C) float32. Float images
         are mixed in place, as timm does (the loader's batch: no second batch in memory), and
@@ -218,11 +234,7 @@ class Mixup:
                             self.multi_label or multi_hot)
         one_draw = self.mode == "batch"
         partners = self.partners(len(images), images.device)
-        if mix_rows.fits(images):
-            draw = mix_rows.RowDraw.of(params["lam"], params["cutmix"], params["boxes"], one_draw)
-            mixed = mix_rows.mix_rows(images, self.PAIRING, draw, self._rows_scratch)
-        else:
-            mixed = mix_batch(images, partners, params, one_draw, self._scratch)
+        mixed = self.mix_images(images, params)
         w, w1 = blend_weights(params["lam"], one_draw, images.device)
         if not one_draw:
             w, w1 = w.view(-1, 1), w1.view(-1, 1)

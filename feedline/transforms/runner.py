@@ -117,6 +117,16 @@ class SampleTransforms:
                 sample = out
         return sample
 
+    def apply_drawn_to_mask(self, mask: np.ndarray, drawn: list, i: int, ignore_index: int) -> np.ndarray:
+        """Sample ``i``'s mask (H x W class indices) under the parameters ``apply_drawn`` gave its
+        image: the geometric built-ins move it (nearest, the same picks), erasing leaves
+        ``ignore_index``, photometric ones leave it. A callable sees the image alone: it must
+        not move pixels (as with boxes)."""
+        for step, params in zip(self.steps, drawn):
+            if params is not None:
+                mask = step.apply_mask(mask, row(params, i), ignore_index)
+        return mask
+
     def _check(self, out, given: np.ndarray, step, pos: int, index: int) -> None:
         if (not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.shape != given.shape):
             got = (f"{out.dtype} array of shape {out.shape}" if isinstance(out, np.ndarray)
@@ -144,11 +154,13 @@ class SampleTransforms:
 
 class BatchTransforms:
     """The batch transforms: mixers (given ``num_classes`` when they lack it), TimmRandomErasing
-    (on the normalized batch) and callables."""
+    (on the normalized batch) and callables. ``ignore_index``: the targets hold masks (N x H x W,
+    the targets themselves when ``mask_alone``, else their "mask"), which CutMix pastes with the
+    pixels and erasing sets to ``ignore_index``; a mixer that blends is refused."""
 
     def __init__(self, transforms: Sequence = (), num_classes: int | None = None,
-                 argument: str = "batch_transforms"):
-        self.argument = argument
+                 argument: str = "batch_transforms", ignore_index: int | None = None, mask_alone: bool = False):
+        self.argument, self.ignore_index, self.mask_alone = argument, ignore_index, mask_alone
         seen: dict[str, int] = {}
         self.steps: list = []
         for i, item in enumerate(transforms or ()):
@@ -169,6 +181,8 @@ class BatchTransforms:
                 continue
             if isinstance(step, TimmRandomErasing):
                 images = step.apply_batch(images, seed, epoch, indices)
+                if self.ignore_index is not None:
+                    step.erase_masks(self._masks(targets), seed, epoch, indices, self.ignore_index)
                 continue
             out = step(images, targets)
             if (not isinstance(out, tuple) or len(out) != 2 or not isinstance(out[0], torch.Tensor)
@@ -185,8 +199,13 @@ class BatchTransforms:
             if isinstance(step, Mixup) and step.num_classes is not None and labels.ndim == 1:
                 check_label_range(labels, step.num_classes, f"{_name(step)}({self.argument}[{pos}])")
 
+    def _masks(self, targets) -> torch.Tensor:
+        return targets if self.mask_alone else targets["mask"]
+
     def _mix(self, step: Mixup, pos: int, images, targets, seed: int, epoch: int, indices):
         where = f"{self.argument}[{pos}] ({_name(step)})"
+        if self.ignore_index is not None:
+            return mix_with_masks(step, where, images, targets, self.mask_alone, seed, epoch, indices)
         if not isinstance(targets, dict):
             return step(images, targets, seed=seed, epoch=epoch, indices=indices)
         if "boxes" in targets:
@@ -199,6 +218,25 @@ class BatchTransforms:
         images, mixed = step(images, targets[key], seed=seed, epoch=epoch, indices=indices,
                              multi_hot=key == "labels")   # the store's multi-hot: timm's multi_label
         return images, {**targets, key: mixed}
+
+
+def mix_with_masks(step: Mixup, where: str, images, targets, mask_alone: bool, seed: int, epoch: int, indices):
+    """A cutting mixer on a batch with masks: the images mixed, each mask pasted as its pixels
+    were (`Mixup.paste_masks`), the labels (if any) mixed as without masks."""
+    if step.mixup_alpha > 0:
+        raise TransformError(f"{where}: it blends images (mixup_alpha={step.mixup_alpha:g}), and a mask cannot be "
+                             "blended (a pixel has one class): use CutMix, which pastes the partner's mask with its "
+                             "pixels, or leave the mixer out for a store with masks")
+    params = step.draw(seed, epoch, indices, *images.shape[-2:])
+    masks = step.paste_masks(targets if mask_alone else targets["mask"], params)
+    if mask_alone:
+        return step.mix_images(images, params), masks
+    key = next((k for k in ("label", "labels") if k in targets), None)
+    if key is None:
+        return step.mix_images(images, params), {**targets, "mask": masks}
+    images, mixed = step.apply(images, targets[key], params, multi_hot=key == "labels")
+    return images, {**targets, key: mixed, "mask": masks}
+
 
 
 def _bound(mixer, num_classes: int | None, seen: dict):

@@ -20,10 +20,11 @@ import torch
 from ..config import IMAGENET_MEAN
 from . import color, tone
 from .base import Params, SampleOp
-from .timm_geometry import pil_matrix, warp_batch, warp_image
+from .timm_geometry import pil_matrix, warp_batch, warp_image, warp_mask
 from .timm_policy import NEGATED, RandConfig, level_to_arg, noisy_magnitude, parse_rand
 
 _DRAWS_PER_LAYER = 6  # op, apply, negate, two for the magnitude's noise, interpolation
+GEOMETRIC_OPS = {"Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel"}
 _ENHANCE = {"Color": color.saturation_t, "Contrast": color.contrast_t,
             "Brightness": color.brightness_t, "Sharpness": color.sharpness_t}
 
@@ -124,14 +125,23 @@ class TimmRandAugment(SampleOp):
                 images[sel] = apply_timm_op(name, images[sel], arg, modes, self.img_mean)
         return images
 
-    def apply_cpu(self, image: np.ndarray, p: dict) -> np.ndarray:
+    def _applied(self, p: dict):
+        """(op, argument, interpolation) of each layer the sample applies."""
         ops = self.config.ops
         for k in range(self.config.num_layers):
-            if not p["apply"][k]:
-                continue
-            name = ops[p["op"][k]]
-            arg = level_to_arg(name, np.asarray(p["level"][k]), np.asarray(p["negate"][k]) & (name in NEGATED),
-                               self.translate_pct)
-            mode = "bicubic" if p["bicubic"][k] else "bilinear"
-            image = apply_timm_op_np(name, image, float(arg), mode, self.img_mean)
+            if p["apply"][k]:
+                name = ops[p["op"][k]]
+                arg = level_to_arg(name, np.asarray(p["level"][k]), np.asarray(p["negate"][k]) & (name in NEGATED),
+                                   self.translate_pct)
+                yield name, float(arg), "bicubic" if p["bicubic"][k] else "bilinear"
+
+    def apply_cpu(self, image: np.ndarray, p: dict) -> np.ndarray:
+        for name, arg, mode in self._applied(p):
+            image = apply_timm_op_np(name, image, arg, mode, self.img_mean)
         return image
+
+    def apply_mask(self, mask: np.ndarray, p: dict, ignore_index: int) -> np.ndarray:
+        for name, arg, _ in self._applied(p):
+            if name in GEOMETRIC_OPS:   # nearest on the image's grid, whichever filter the image had
+                mask = warp_mask(mask, pil_matrix(name, arg, *mask.shape), ignore_index)
+        return mask

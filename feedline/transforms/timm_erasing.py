@@ -77,6 +77,13 @@ class TimmRandomErasing:
                 images[i, :, top:top + h, left:left + w] = fill.to(images.device, images.dtype)
         return images
 
+    def erase_masks(self, masks: torch.Tensor, seed: int, epoch: int, indices, ignore_index: int) -> torch.Tensor:
+        """In place on the batch's masks (N x H x W): each erased box is ``ignore_index``."""
+        for i, (top, left, h, w) in enumerate(self.boxes(seed, epoch, indices, *masks.shape[-2:])):
+            if h:
+                masks[i, top:top + h, left:left + w] = ignore_index
+        return masks
+
     def __call__(self, images, targets, *, seed: int, epoch: int, indices):
         return self.apply_batch(images, seed, epoch, indices), targets
 

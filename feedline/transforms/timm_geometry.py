@@ -79,6 +79,18 @@ def warp_batch(x: torch.Tensor, matrices, modes, fill) -> torch.Tensor:
     return torch.where(inside[:, None], out.round_().clamp_(0, 255), fill_img)
 
 
+def warp_mask(mask: np.ndarray, matrix, fill: int) -> np.ndarray:
+    """A mask (H x W, any integer dtype) on the image's sampling grid with grid_sample's nearest
+    (no class is a blend of two), ``fill`` where the grid's point falls outside the image."""
+    h, w = mask.shape
+    grid, inside = sampling_grid(matrix, h, w)
+    x = torch.from_numpy(mask.astype(np.float32))[None, None]   # class indices are exact in float32
+    out = F.grid_sample(x, torch.from_numpy(grid)[None], mode="nearest", padding_mode="border", align_corners=False)
+    out = out[0, 0].numpy().astype(mask.dtype)
+    out[~inside] = fill
+    return out
+
+
 def warp_image(img: np.ndarray, matrix, mode: str, fill) -> np.ndarray:
     """One uint8 H x W x 3 image, as warp_batch on a batch of one (``fill`` whole numbers)."""
     h, w = img.shape[:2]
