@@ -28,11 +28,11 @@ def images_elsewhere(monkeypatch):
 
 
 def test_hdf5_copies_the_images_in_the_kernel_byte_for_byte(big, tmp_path, images_elsewhere, caplog):
-    caplog.set_level(logging.DEBUG, logger="converters.staged_files")
+    caplog.set_level(logging.DEBUG, logger="converters")
     out = str(tmp_path / "k.h5")
     pack(big, out)
     assert stored_as_sources(out, big) == 7
-    said = [r.getMessage() for r in caplog.records if r.name == "converters.staged_files"]
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("converters.")]
     assert said == ["HDF5 put the images at 2048, not 8192: copying them"]   # no buffer copy
 
 
@@ -44,18 +44,18 @@ def test_hdf5_copies_through_a_buffer_where_the_kernel_cannot(big, tmp_path, ima
     def cross_device(*args):
         raise OSError(errno.EXDEV, "Invalid cross-device link")
     monkeypatch.setattr(hw.os, "copy_file_range", cross_device)
-    caplog.set_level(logging.DEBUG, logger="converters.staged_files")
+    caplog.set_level(logging.DEBUG, logger="converters")
     out = str(tmp_path / "b.h5")
     pack(big, out)
     assert stored_as_sources(out, big) == 7
-    said = [r.getMessage() for r in caplog.records if r.name == "converters.staged_files"]
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("converters.")]
     assert said[-1] == ("copy_file_range unavailable ([Errno 18] Invalid cross-device link); "
                         "copying through a buffer")
 
 
 def test_hdf5_stages_the_images_where_hdf5_puts_them_and_writes_them_once(mixed, tmp_path, monkeypatch, caplog):
     monkeypatch.chdir(tmp_path)   # asking HDF5 where it puts them leaves no file behind
-    caplog.set_level(logging.DEBUG, logger="converters.staged_files")
+    caplog.set_level(logging.DEBUG, logger="converters")
     pack(mixed, "o.h5")
     assert not [r for r in caplog.records if r.name == "converters.hdf5_writer"]   # no copy
     assert sorted(os.listdir(tmp_path)) == ["o.h5", "o.h5.errors.csv"]
