@@ -88,7 +88,8 @@ def test_an_interrupt_before_the_first_checkpoint_says_the_way_out_and_it_works(
     """Ctrl-C in the first epoch leaves a log and no checkpoint: the interrupted run, a rerun
     and a rerun with --resume each name --overwrite, which starts afresh."""
     out = tmp_path / "run"
-    job = Job(feedline_train(data, *FAST, *LONG, "--out", out), tmp_path / "run.log")
+    # batch 1: 96 steps in the first epoch, so the interrupt lands in it however fast a step is
+    job = Job(feedline_train(data, *FAST, *LONG, "--batch-size", "1", "--out", out), tmp_path / "run.log")
     deadline = time.monotonic() + 60
     while "epoch 1 step 1 " not in job.output() and time.monotonic() < deadline:
         time.sleep(0.05)
