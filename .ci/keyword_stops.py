@@ -11,7 +11,7 @@ import numpy as np
 sys.path.insert(0, os.getcwd()); sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
 from tests.helpers_images import *  # noqa
 import feedline
-from feedline.loader import FeedLoader
+from feedline.loading.loader import FeedLoader
 from feedline.transforms import RandomErasing  # noqa
 
 class Tag(str):

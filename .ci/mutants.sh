@@ -28,11 +28,11 @@ LOADER_TESTS="tests/test_loader.py tests/test_loader_oracles.py tests/test_loade
               tests/test_loader_quasi_random.py tests/test_ledger.py tests/test_sources_ledger.py
               tests/test_sources_decode_queue.py"
 declare -A AREAS=(
-  [order]="feedline/order.py | tests/test_order.py tests/test_properties.py"
-  [augment]="feedline/augment.py | tests/test_augment.py tests/test_properties.py"
+  [order]="feedline/planning/order.py | tests/test_order.py tests/test_properties.py"
+  [augment]="feedline/planning/augment.py | tests/test_augment.py tests/test_properties.py"
   [substitute]="feedline/sources/substitute.py | tests/test_substitute.py tests/test_properties.py"
-  [plan]="feedline/plan.py | tests/test_properties.py $LOADER_TESTS"
-  [loader]="feedline/loader.py feedline/ledger.py | $LOADER_TESTS"
+  [plan]="feedline/planning/plan.py | tests/test_properties.py $LOADER_TESTS"
+  [loader]="feedline/loading/loader.py feedline/core/ledger.py | $LOADER_TESTS"
   [sources]="feedline/sources/threads.py feedline/sources/decode_queue.py feedline/sources/feed.py
              feedline/sources/host_output.py feedline/sources/policy.py feedline/sources/normalization.py
              feedline/sources/ring.py feedline/sources/slot.py feedline/sources/rows.py
@@ -53,7 +53,7 @@ declare -A AREAS=(
              converters/hdf5_writer.py | tests/test_pack_resume.py tests/test_pack.py tests/test_disk_full.py
              tests/test_shards.py tests/test_ordered.py tests/test_hdf5_writer.py tests/test_hdf5_resume.py
              tests/test_lmdb_writer.py tests/test_lmdb_resume.py tests/test_packer.py tests/test_journal_resume.py"
-  [verify]="feedline/verify.py | tests/test_info_verify.py tests/test_checksums.py tests/test_verify.py"
+  [verify]="feedline/dataset/verify.py | tests/test_info_verify.py tests/test_checksums.py tests/test_verify.py"
   [webdataset]="converters/webdataset.py | tests/test_webdataset.py tests/test_webdataset_members.py"
   [resume]="converters/shards.py converters/upload.py converters/complete.py converters/writers.py |
             tests/test_shards.py tests/test_shards_resume.py tests/test_upload.py tests/test_pack_resume.py

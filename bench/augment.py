@@ -45,8 +45,8 @@ PARTS = {"randaugment": (True, False, False), "erasing": (False, True, False), "
 def feedloader_parts_stream(packed: str, batch_size: int, workers: int, classes: int, randaugment: bool,
                             erasing: bool, mixup: bool):
     """FeedLoader with the chosen parts: the per-sample ops in the workers, the mixer here."""
-    from feedline.config import TransformSpec
-    from feedline.loader import FeedLoader
+    from feedline.core.config import TransformSpec
+    from feedline.loading.loader import FeedLoader
     from feedline.transforms import Mixup, RandAugment, RandomErasing
     per_sample = [RandAugment(2, 9)] * randaugment + [RandomErasing(0.25)] * erasing
     loader = FeedLoader(packed, batch_size=batch_size, shuffle=True, train=True, size=224, num_workers=workers,

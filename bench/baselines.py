@@ -49,7 +49,7 @@ class PilFolderDataset(torch.utils.data.Dataset):
     """ImageFolder + RandomResizedCrop + RandomHorizontalFlip + ToTensor + Normalize."""
 
     def __init__(self, root: str, size: int = 224, mean=IMAGENET_MEAN, std=IMAGENET_STD):
-        from feedline.scan import scan_folder
+        from feedline.dataset.scan import scan_folder
         scan = scan_folder(str(root))
         self.samples = [(f"{scan.root}/{p}", label) for p, label in zip(scan.paths, scan.labels)]
         self.size = size
@@ -121,7 +121,7 @@ def dali_cpu_stream(folder: str, batch_size: int, threads: int, device: str,
 def feedloader_stream(packed: str, batch_size: int, threads: int, device: str, decoder: str = "auto",
                       size: int = 224, engine: str = "auto") -> LoaderStream:
     """FeedLoader with its defaults but for the engine and decoder asked for ("auto": the default)."""
-    from feedline.loader import FeedLoader
+    from feedline.loading.loader import FeedLoader
     loader = FeedLoader(packed, batch_size=batch_size, shuffle=True, train=True, size=size,
                         engine=engine, decoder=decoder, num_workers=threads, device=device, drop_last=True)
     stream = forever(lambda: loader)

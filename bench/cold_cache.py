@@ -90,7 +90,7 @@ class Setting:
 
 
 def settings(mean_bytes: float, decode: bool) -> list[Setting]:
-    from feedline.plan import EpochPlan
+    from feedline.planning.plan import EpochPlan
     from feedline.sources.readahead import page_aware_sizes
     block, window = EpochPlan.block, EpochPlan.window   # the loader's (the dataclass defaults)
     aware = page_aware_sizes(mean_bytes)
@@ -107,9 +107,9 @@ def settings(mean_bytes: float, decode: bool) -> list[Setting]:
 def epoch(path: str, setting: Setting, cold: bool, size: int) -> dict:
     """One full epoch from a freshly opened store; images/s and what was read."""
     from feedline import FeedLoader
-    from feedline.choices import Order
-    from feedline.plan import EpochPlan
-    from feedline.stats import LoaderStats
+    from feedline.core.choices import Order
+    from feedline.planning.plan import EpochPlan
+    from feedline.core.stats import LoaderStats
     from feedline.stores import open_dataset
     with open_dataset(path) as probe:
         files = probe.files()
@@ -164,7 +164,7 @@ def measure(path: str, rows_settings: list[Setting], repeats: int, size: int, fm
 
 def class_mix(labels: np.ndarray, block: int, window: int, batch: int = 256, seed: int = 0) -> dict:
     """Distinct classes per batch in random and quasi-random order over ``labels``."""
-    from feedline.order import epoch_order, quasi_random_order
+    from feedline.planning.order import epoch_order, quasi_random_order
     batch = min(batch, len(labels))   # a data set smaller than a batch: one batch
     n = len(labels) - len(labels) % batch
 
@@ -178,7 +178,7 @@ def class_mix(labels: np.ndarray, block: int, window: int, batch: int = 256, see
 
 
 def mix_rows(store_labels: np.ndarray, mean_bytes: float) -> list[dict]:
-    from feedline.plan import EpochPlan
+    from feedline.planning.plan import EpochPlan
     from feedline.sources.readahead import page_aware_sizes
     imagenet = np.repeat(np.arange(1000), 1282)[:1_281_167]
     rows = []

@@ -115,7 +115,7 @@ def _turbojpeg(scale: tuple[int, int], fast: bool) -> Callable[[int], Runner]:
 
 def feedline_plan(images: Sequence[bytes], size: int = 224):
     """The boxes and flips feedline's loader would draw for these images in epoch 0, seed 0."""
-    from feedline.augment import AugmentSpec, plan
+    from feedline.planning.augment import AugmentSpec, plan
     sizes = np.array([image_size(d) for d in images]).reshape(-1, 2)
     return plan(AugmentSpec(size=size, train=True), 0, 0, np.arange(len(images)), sizes[:, 0], sizes[:, 1])
 
@@ -125,7 +125,7 @@ def _feedline_open(name: str, size: int = 224, **options) -> Callable[[int], Run
     loader's per-sample work)."""
     def open_(threads: int) -> Runner:
         from feedline.decoders import Box, get_decoder
-        from feedline.errors import BackendUnavailable
+        from feedline.core.errors import BackendUnavailable
         try:
             decoder = get_decoder(name, **options)
         except BackendUnavailable as exc:

@@ -32,7 +32,7 @@ from bench.data import prepare_data, read_encoded  # noqa: E402
 from bench.decoder_backends import (Backend, Unavailable, backends, feedline_plan, image_size,  # noqa: E402
                                     pil_decode)
 from bench.machine import machine_info, machine_line  # noqa: E402
-from feedline.config import usable_cores  # noqa: E402
+from feedline.core.config import usable_cores  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ def pack_cli(folder: str, out: Path, layout: str) -> float:
 
 def loader_for(path: Path, kind: str, workers: int | str, batch_size: int, classes: int):
     from feedline import FeedLoader
-    from feedline.config import TransformSpec
+    from feedline.core.config import TransformSpec
     from feedline.transforms import Mixup, RandAugment, RandomErasing
     spec = TransformSpec([RandAugment(2, 9), RandomErasing(0.25)], [Mixup(0.8, 1.0, num_classes=classes)]) \
         if kind == "recipe" else TransformSpec()
@@ -77,9 +77,9 @@ def decode_jobs(path: Path, n: int):
     """(decoder, [(bytes, box)]) for one thread's decode_into of RandomResizedCrop boxes."""
     import numpy as np
     from feedline import open_dataset
-    from feedline.augment import random_resized_crop, uniforms
+    from feedline.planning.augment import random_resized_crop, uniforms
     from feedline.decoders.base import Box
-    from feedline.selection import thread_decoder
+    from feedline.decoders.selection import thread_decoder
     store = open_dataset(str(path))
     decoder = thread_decoder("auto", store)   # the loader's choice: on the grid store a GridDecoder
     count = min(n, len(store))

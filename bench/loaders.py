@@ -33,8 +33,8 @@ from bench.common import (MeasurementError, Spread, format_table, ratio, say, ta
                           unjudged, write_results)
 from bench.data import cache_root, prepare_data, read_encoded  # noqa: E402
 from bench.machine import machine_info, machine_line  # noqa: E402
-from feedline.choices import Engine  # noqa: E402
-from feedline.config import usable_cores  # noqa: E402
+from feedline.core.choices import Engine  # noqa: E402
+from feedline.core.config import usable_cores  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import platform
 import re
 from importlib import metadata
 
-from feedline.config import usable_cores
+from feedline.core.config import usable_cores
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """How to store segmentation masks: bytes and decode time of PNG against feedline's
-"deflate-rows" (row bands, each deflated alone: `feedline.mask_codec`), on masks cut from the
+"deflate-rows" (row bands, each deflated alone: `feedline.dataset.mask_codec`), on masks cut from the
 shipped photos at three typical sizes (VOC 500x375, ADE20K 683x512, Cityscapes 2048x1024).
 
     python bench/mask_codec.py [--repeats 15] [--quick] [--out PATH] [--save]
@@ -49,7 +49,7 @@ def codecs():
     import cv2
     from PIL import Image
 
-    from feedline.mask_codec import decode, encode
+    from feedline.dataset.mask_codec import decode, encode
 
     def png(level):
         return lambda m: cv2.imencode(".png", m, [cv2.IMWRITE_PNG_COMPRESSION, level])[1].tobytes()
@@ -70,7 +70,7 @@ def codecs():
 
 def picks(shape, crop: bool) -> tuple[np.ndarray, np.ndarray]:
     """Rows and columns one sample reads: a centred crop of half the area to 224 x 224, or everything."""
-    from feedline.mask_sampling import resized_indices
+    from feedline.dataset.mask_sampling import resized_indices
     h, w = shape
     if not crop:
         return np.arange(h), np.arange(w)

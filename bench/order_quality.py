@@ -99,9 +99,9 @@ def loop_run(train: str, val: str, block: int | None, window: int | None, seed: 
     import torch.nn.functional as F
 
     from feedline import FeedLoader, open_dataset
-    from feedline.choices import Order
-    from feedline.plan import EpochPlan
-    from feedline.stats import LoaderStats
+    from feedline.core.choices import Order
+    from feedline.planning.plan import EpochPlan
+    from feedline.core.stats import LoaderStats
     from feedline.train.models import build_model
     torch.manual_seed(seed)
     model = build_model("tiny", num_classes=CLASSES).to(memory_format=torch.channels_last)

@@ -43,8 +43,8 @@ def stages(store, n: int, grid: bool) -> dict:
     import numpy as np
     import torch
 
-    from feedline.augment import random_resized_crop, uniforms
-    from feedline.config import OutputSpec
+    from feedline.planning.augment import random_resized_crop, uniforms
+    from feedline.core.config import OutputSpec
     from feedline.decoders import get_decoder
     from feedline.decoders.base import Box
     from feedline.decoders.grid_decoder import grid_decoder_for
@@ -108,16 +108,16 @@ def queue_overhead(n_batches: int) -> float:
     do nothing: the one sample path minus its read, decode and write."""
     import numpy as np
 
-    from feedline.augment import AugmentSpec
-    from feedline.choices import OnError, Order
-    from feedline.config import OutputSpec
-    from feedline.plan import BatchPlan, EpochPlan
+    from feedline.planning.augment import AugmentSpec
+    from feedline.core.choices import OnError, Order
+    from feedline.core.config import OutputSpec
+    from feedline.planning.plan import BatchPlan, EpochPlan
     from feedline.sources.dispatch import ChunkQueue
     from feedline.sources.fill import SampleSpec
     from feedline.sources.policy import BadRecordPolicy
     from feedline.sources.ring import ArenaRing, RingSpec
     from feedline.sources.thread_workers import ThreadWorkers
-    from feedline.stats import LoaderStats
+    from feedline.core.stats import LoaderStats
 
     epoch = EpochPlan(AugmentSpec(size=SIZE), 0, 0, Order.SEQUENTIAL, BATCH, False)
     output = OutputSpec(mean=None, std=None, channels_last=True, device="cpu")   # rows are the decoded pixels

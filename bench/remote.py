@@ -52,7 +52,7 @@ def epoch(source, size: int, rank: int = 0, world: int = 1) -> tuple[int, float,
     """(images, seconds, CPU seconds of this process) of one FeedLoader epoch over ``source``
     in shard order. CPU time is what the work costs whatever else the machine runs."""
     from feedline import FeedLoader
-    from feedline.config import OrderSpec
+    from feedline.core.config import OrderSpec
     start, cpu = time.perf_counter(), time.process_time()
     with FeedLoader(source, batch_size=BATCH, train=True, size=size, num_workers=THREADS, device="cpu",
                     order=OrderSpec("shards", rank=rank, world_size=world), seed=0) as loader:

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     import simplejpeg
     import torch
 
-    from feedline.augment import AugmentSpec, plan
+    from feedline.planning.augment import AugmentSpec, plan
     from feedline.decoders.base import Box, resize_scaled_into
     from feedline.sample import make_photo_folder
     torch.set_num_threads(1)   # as in a worker process

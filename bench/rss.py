@@ -28,7 +28,7 @@ def rss_bytes() -> int:
 
 def measure_rss(packed: str, epochs: int, batch_size: int, threads: int, decoder: str = "auto",
                 device: str = "cpu") -> dict:
-    from feedline.loader import FeedLoader
+    from feedline.loading.loader import FeedLoader
     rss, seconds, images = [], [], 0
     with FeedLoader(packed, batch_size=batch_size, shuffle=True, train=True, decoder=decoder,
                     num_workers=threads, device=device, drop_last=True) as loader:

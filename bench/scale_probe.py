@@ -100,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch  # noqa: F401  (imported before any measurement)
     from feedline import FeedLoader  # noqa: F401
-    from feedline.augment import AugmentSpec
-    from feedline.choices import Order
-    from feedline.plan import EpochPlan
+    from feedline.planning.augment import AugmentSpec
+    from feedline.core.choices import Order
+    from feedline.planning.plan import EpochPlan
     from feedline.stores import open_dataset
 
     path = args.store

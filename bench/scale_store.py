@@ -77,7 +77,7 @@ def write_store(out: str, n: int, pool: list[bytes], commit_every: int = 1000) -
     from converters.options import PackOptions, format_for
     from converters.writers import make_writer
     from feedline import __version__
-    from feedline.format import checksum, column_bytes, make_meta
+    from feedline.dataset.format import checksum, column_bytes, make_meta
 
     started = time.perf_counter()
     fmt = format_for(out, None)

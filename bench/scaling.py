@@ -106,11 +106,11 @@ NATIVE_RUNNER = textwrap.dedent('''
     import json, select, sys, time
     import numpy as np
     from feedline import open_dataset
-    from feedline.augment import AugmentSpec
-    from feedline.choices import Order
+    from feedline.planning.augment import AugmentSpec
+    from feedline.core.choices import Order
     from feedline.decoders.base import resize_into
     from feedline.decoders.nvimgcodec_library import load_nvimgcodec
-    from feedline.plan import EpochPlan
+    from feedline.planning.plan import EpochPlan
     nv = load_nvimgcodec()
     path, mode, engine, workers, secs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
     store = open_dataset(path)

@@ -65,7 +65,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     check_output_flags(p, args)
     import feedline
-    from feedline.augment import AugmentSpec, plan
+    from feedline.planning.augment import AugmentSpec, plan
     from feedline.decoders import get_decoder
     from feedline.decoders.base import Box
 

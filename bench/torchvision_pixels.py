@@ -68,9 +68,9 @@ def feedline_side(store_path: str, work: str) -> tuple[str, list[str]]:
     from PIL import Image
 
     from feedline import FeedLoader, open_dataset
-    from feedline.augment import AugmentSpec, plan
+    from feedline.planning.augment import AugmentSpec, plan
     from feedline.decoders.base import Box
-    from feedline.selection import thread_decoder
+    from feedline.decoders.selection import thread_decoder
     arrays: dict[str, np.ndarray] = {}
     with open_dataset(store_path) as store:
         n = len(store)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from feedline.errors import FeedlineError, PackError
+from feedline.core.errors import FeedlineError, PackError
 
 from .options import OnError, OutputFormat, PackOptions
 from .report import PackReport, Skip, SkipReason, read_error_report
@@ -42,7 +42,7 @@ def pack(src: str | os.PathLike, out: str | os.PathLike, options: PackOptions | 
         options = PackOptions(**kw)
     elif kw:
         options = dataclasses.replace(options, **kw)
-    from feedline.urls import check_url, url_scheme
+    from feedline.dataset.urls import check_url, url_scheme
     if not isinstance(src, (list, tuple)) and url_scheme(src):
         check_url(src)
         raise PackError(f"{src}: pack reads a local image folder (or local WebDataset .tar files); "
@@ -69,7 +69,7 @@ def _pack_tars(tars: list[str], out, options: PackOptions) -> PackReport:
     import shutil
 
     from feedline.stores import from_environment
-    from feedline.urls import url_scheme
+    from feedline.dataset.urls import url_scheme
 
     from .webdataset import unpack_tars
     if options.labels_csv is not None:
@@ -97,7 +97,7 @@ def join_shards(out: str | os.PathLike) -> str:
     """Write OUT.shards.json for the complete shards OUT-NNNNN-of-NNNNN.EXT next to ``out``
     (packed on one machine or on several, with --shard-index); returns its path.
     PackError/StoreError when a shard is missing or repeated, or the shards disagree."""
-    from feedline.urls import check_url, url_scheme
+    from feedline.dataset.urls import check_url, url_scheme
     if url_scheme(out):
         check_url(out)
         raise PackError(f"{out}: --join writes a local index; `feedline pack SRC {out} --num-shards N` "

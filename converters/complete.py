@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import time
 
-from feedline.errors import PackError, StoreError
-from feedline.scan import ScanResult
+from feedline.core.errors import PackError, StoreError
+from feedline.dataset.scan import ScanResult
 
 from .journal import differences, scan_digest
 from .report import PackReport, error_report_path, read_error_report

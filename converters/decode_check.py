@@ -28,7 +28,7 @@ class DecodeChecker:
     """Thread-safe: the registry's decoders are."""
 
     def __init__(self, decoder: str = "auto"):
-        from feedline.verify import strict_decoder  # only packs that decode pay for the decoders
+        from feedline.dataset.verify import strict_decoder  # only packs that decode pay for the decoders
         self.decoder = strict_decoder(decoder)
 
     def __call__(self, job: DecodeCheck) -> Record | Skip:

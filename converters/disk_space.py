@@ -14,7 +14,7 @@ import errno
 import os
 from typing import NamedTuple
 
-from feedline.errors import DiskFullError, PackError
+from feedline.core.errors import DiskFullError, PackError
 
 _SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _SPACE_WORDS = ("no space left", "disk quota exceeded", "file too large")
@@ -82,7 +82,7 @@ def check_room(out: str, fmt: str, lengths: list[int], path_bytes: int, layout: 
     except OSError:
         return  # a filesystem that cannot say: find out by writing
     if needed > room.free:
-        from feedline.describe import human_bytes  # imports the stores: only for this message
+        from feedline.dataset.describe import human_bytes  # imports the stores: only for this message
         raise DiskFullError(
             f"{out}: needs {human_bytes(needed)}, {human_bytes(room.free)} free on {room.filesystem} "
             f"({len(lengths):,} files, {human_bytes(sum(lengths))} of input plus the {fmt} format's "
@@ -135,7 +135,7 @@ def write_failed(where: str, exc: BaseException) -> PackError:
     detail = getattr(exc, "strerror", None) or str(exc)
     folder = os.path.dirname(os.path.abspath(where))
     if is_disk_full(exc, folder):
-        from feedline.describe import human_bytes  # imports the stores: only for this message
+        from feedline.dataset.describe import human_bytes  # imports the stores: only for this message
         try:
             room = room_at(folder)
             free = f"; {human_bytes(room.free)} free on {room.filesystem}"

@@ -12,7 +12,7 @@ Thread-safe: runs on the pack's thread pool (the library call releases the GIL).
 from __future__ import annotations
 
 from feedline.decoders.jpeg_grid import parse_grid
-from feedline.errors import DecodeError
+from feedline.core.errors import DecodeError
 
 from .libjpeg_transcode import TranscodeError, transcode_to_grid_warned
 from .records import Record

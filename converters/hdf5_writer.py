@@ -1,4 +1,4 @@
-"""Write an HDF5 store (see feedline.format): image bytes contiguous, memory-mappable.
+"""Write an HDF5 store (see feedline.dataset.format): image bytes contiguous, memory-mappable.
 
 The total size of the images is known only at the end, and a contiguous dataset
 cannot grow, so records are staged: their bytes are appended to OUT.partial.images
@@ -24,10 +24,10 @@ import os
 import h5py
 import numpy as np
 
-from feedline.errors import PackError
-from feedline.format import (COLUMN_NAMES, HDF5_IMAGES, HDF5_MASK_OFFSETS, HDF5_MASKS, HDF5_META_ATTR, HDF5_OFFSETS,
+from feedline.core.errors import PackError
+from feedline.dataset.format import (COLUMN_NAMES, HDF5_IMAGES, HDF5_MASK_OFFSETS, HDF5_MASKS, HDF5_META_ATTR, HDF5_OFFSETS,
                              Columns, meta_to_bytes)
-from feedline.targets import TARGET_DTYPES
+from feedline.dataset.targets import TARGET_DTYPES
 
 from .disk_space import write_failed
 from .journal import JournalEntry

@@ -12,8 +12,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from feedline.errors import PackError
-from feedline.scan import ScanResult
+from feedline.core.errors import PackError
+from feedline.dataset.scan import ScanResult
 
 from .report import Skip
 

@@ -34,7 +34,7 @@ import queue
 import threading
 
 from feedline.decoders.jpeg_warnings import is_benign
-from feedline.errors import PackError
+from feedline.core.errors import PackError
 
 from .jpeg_structure import StructureError, check_structure
 

@@ -1,4 +1,4 @@
-"""Write a single-file LMDB store (see feedline.format), growing its map as needed.
+"""Write a single-file LMDB store (see feedline.dataset.format), growing its map as needed.
 
 One writer, so the environment is opened with ``lock=False`` (no -lock file) and
 ``sync=False``: each commit is a write() into the page cache, which survives the
@@ -16,8 +16,8 @@ import os
 
 import lmdb
 
-from feedline.errors import PackError
-from feedline.format import (LMDB_COLUMN_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY, MASK_SUFFIX, image_key,
+from feedline.core.errors import PackError
+from feedline.dataset.format import (LMDB_COLUMN_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY, MASK_SUFFIX, image_key,
                              journal_key, meta_to_bytes)
 
 from .disk_space import write_failed

@@ -1,5 +1,5 @@
 """A record's segmentation mask at pack time: its file read, checked against its image, turned
-with the image when it is in the stored frame, and encoded for the store (`feedline.mask_codec`).
+with the image when it is in the stored frame, and encoded for the store (`feedline.dataset.mask_codec`).
 
 Runs on the pack's thread pool after the image's own check or conversion (its size and the
 EXIF orientation pack applied are known then). A mask that does not fit its image stops the
@@ -15,8 +15,8 @@ from typing import NamedTuple
 import numpy as np
 
 from feedline.fields.base import stored_sizes
-from feedline.mask_codec import MaskError, encode, read_png, values_of
-from feedline.scan import ScanResult
+from feedline.dataset.mask_codec import MaskError, encode, read_png, values_of
+from feedline.dataset.scan import ScanResult
 
 from .normalize import read_file
 from .options import LabelsFrame

@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass
 from enum import Enum
 
-from feedline.errors import PackError
+from feedline.core.errors import PackError
 
 
 class OutputFormat(str, Enum):

@@ -13,7 +13,7 @@ import fcntl
 import os
 import socket
 
-from feedline.errors import PackError
+from feedline.core.errors import PackError
 
 LOCK_SUFFIX = ".lock"
 

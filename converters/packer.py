@@ -20,11 +20,11 @@ import os
 import time
 
 from feedline import __version__
-from feedline.durable import fsync_folder
-from feedline.errors import DiskFullError, PackError
-from feedline.format import checksum, column_bytes, make_meta
-from feedline.scan import ScanResult, scan_folder, shuffled
-from feedline.unwritable import file_in_the_way
+from feedline.dataset.durable import fsync_folder
+from feedline.core.errors import DiskFullError, PackError
+from feedline.dataset.format import checksum, column_bytes, make_meta
+from feedline.dataset.scan import ScanResult, scan_folder, shuffled
+from feedline.dataset.unwritable import file_in_the_way
 
 from .complete import INPUT_DIGEST_KEY, report_complete
 from .decode_check import DecodeCheck, DecodeChecker

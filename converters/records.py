@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from feedline.errors import PackError
+from feedline.core.errors import PackError
 from feedline.fields.base import stored_sizes
-from feedline.scan import ScanResult
+from feedline.dataset.scan import ScanResult
 
 from .options import LabelsFrame, PackOptions
 from .report import Skip, SkipReason
@@ -134,7 +134,7 @@ def with_flip_pairs(scan: ScanResult, pairs) -> ScanResult:
     from dataclasses import replace
 
     from feedline.fields import FieldsError
-    from feedline.targets import with_options
+    from feedline.dataset.targets import with_options
     if scan.targets is None:
         raise PackError(f"--flip-pairs: {scan.root} has no labels file with keypoints: give --labels FILE.jsonl")
     try:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
-from feedline import scan
+from feedline.dataset import scan
 
 
 class SkipReason(str, Enum):

@@ -18,10 +18,10 @@ import re
 import time
 from dataclasses import replace
 
-from feedline.durable import fsync_folder
-from feedline.errors import PackError
-from feedline.format import (SHARD_INDEX_FORMAT, SHARD_INDEX_VERSION, shard_index, shard_name)
-from feedline.scan import ScanResult, scan_folder, shuffled
+from feedline.dataset.durable import fsync_folder
+from feedline.core.errors import PackError
+from feedline.dataset.format import (SHARD_INDEX_FORMAT, SHARD_INDEX_VERSION, shard_index, shard_name)
+from feedline.dataset.scan import ScanResult, scan_folder, shuffled
 from feedline.stores import ShardedStore, open_dataset
 
 from .disk_space import check_room_for, file_sizes

@@ -7,7 +7,7 @@ import json
 import logging
 import os
 
-from feedline.errors import PackError
+from feedline.core.errors import PackError
 
 from .journal import JournalEntry
 

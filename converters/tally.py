@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from feedline.fields.mask import STORED_CODEC
-from feedline.format import checksum
-from feedline.scan import ScanResult
+from feedline.dataset.format import checksum
+from feedline.dataset.scan import ScanResult
 
 from .journal import JournalEntry
 from .report import Skip

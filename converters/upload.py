@@ -19,9 +19,9 @@ import shutil
 import time
 from dataclasses import replace
 
-from feedline.errors import PackError
-from feedline.format import SHARD_INDEX_FORMAT, SHARD_INDEX_VERSION, shard_index, shard_name
-from feedline.scan import scan_folder, shuffled
+from feedline.core.errors import PackError
+from feedline.dataset.format import SHARD_INDEX_FORMAT, SHARD_INDEX_VERSION, shard_index, shard_name
+from feedline.dataset.scan import scan_folder, shuffled
 from feedline.stores.detect import open_file
 from feedline.stores.remote import Bucket, MissingObjectError, RemoteOptions, from_environment
 from feedline.stores.shard_head import HEAD_SUFFIX, head_bytes, parse_head

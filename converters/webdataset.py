@@ -23,7 +23,7 @@ import shutil
 import tarfile
 from dataclasses import dataclass
 
-from feedline.errors import FeedlineError
+from feedline.core.errors import FeedlineError
 
 log = logging.getLogger(__name__)
 

@@ -63,7 +63,7 @@ class Writer(ABC):
 
     @abstractmethod
     def finish(self, columns: dict[str, bytes], meta: dict, lengths: list[int], mask_lengths: list[int] = ()) -> None:
-        """Write the columns (`feedline.format.column_bytes`) and metadata; a complete,
+        """Write the columns (`feedline.dataset.format.column_bytes`) and metadata; a complete,
         synced file at ``partial_path``. ``mask_lengths``: each record's stored mask, if any."""
 
     @abstractmethod

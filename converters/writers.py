@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 
-from feedline.errors import PackError, StoreError
+from feedline.core.errors import PackError, StoreError
 
 from .journal import differences
 from .options import OutputFormat

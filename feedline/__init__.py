@@ -7,12 +7,12 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import BackendUnavailable, ChecksumError, DecodeError, FeedlineError, PackError, StoreError
+from .core.errors import BackendUnavailable, ChecksumError, DecodeError, FeedlineError, PackError, StoreError
 
 # Imported when first asked for: `import feedline` (and every `feedline --help`) stays
 # free of numpy and torch.
-_LAZY = {"FeedLoader": ".loader", "open_dataset": ".stores", "Store": ".stores", "AugmentSpec": ".augment",
-         "OutputSpec": ".config", "TransformSpec": ".config", "OrderSpec": ".config",
+_LAZY = {"FeedLoader": ".loading.loader", "open_dataset": ".stores", "Store": ".stores", "AugmentSpec": ".planning.augment",
+         "OutputSpec": ".core.config", "TransformSpec": ".core.config", "OrderSpec": ".core.config",
          "normalize": ".sources.normalization"}
 
 

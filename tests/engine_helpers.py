@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import shutil
 
-from feedline.augment import AugmentSpec
-from feedline.choices import OnError, Order
-from feedline.config import OutputSpec
+from feedline.planning.augment import AugmentSpec
+from feedline.core.choices import OnError, Order
+from feedline.core.config import OutputSpec
 from feedline.decoders import get_decoder
-from feedline.plan import EpochPlan
+from feedline.planning.plan import EpochPlan
 from feedline.sources.dispatch import ChunkQueue
 from feedline.sources.fill import SampleSpec
 from feedline.sources.policy import BadRecordPolicy
 from feedline.sources.process_workers import ProcessWorkers
 from feedline.sources.ring import ArenaRing, RingSpec
 from feedline.sources.thread_workers import ThreadWorkers
-from feedline.stats import LoaderStats
+from feedline.core.stats import LoaderStats
 
 HOST = OutputSpec(mean=None, std=None, dtype=None, channels_last=True, device="cpu")   # uint8 NHWC rows
 NOT_A_JPEG = b"\xff\xd8\xff\xe0 this is not really a jpeg" * 10

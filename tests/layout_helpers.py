@@ -6,9 +6,9 @@ import pytest
 from storefiles import Records, jpeg, make_records, write_hdf5, write_lmdb
 
 from feedline import open_dataset
-from feedline.augment import AugmentSpec
-from feedline.choices import Order
-from feedline.plan import EpochPlan
+from feedline.planning.augment import AugmentSpec
+from feedline.core.choices import Order
+from feedline.planning.plan import EpochPlan
 
 
 @pytest.fixture(scope="module")

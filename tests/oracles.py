@@ -2,7 +2,7 @@
 documented algorithms, never calling feedline. A test compares feedline's vectorized code
 with these, so a bug has to be made twice, in two different shapes, to go unnoticed.
 
-- ``uniform``: the counter-based hash feedline.augment documents (splitmix64 of seed,
+- ``uniform``: the counter-based hash feedline.planning.augment documents (splitmix64 of seed,
   epoch, stream, index, then the draw counter), one float at a time.
 - ``random_resized_crop``: torchvision's ``RandomResizedCrop.get_params``, line by line,
   with its random draws taken from given uniforms instead of torch's generator.

@@ -13,7 +13,7 @@ import pytest
 
 import feedline
 from converters import pack, read_error_report
-from feedline.format import LMDB_JOURNAL_PREFIX
+from feedline.dataset.format import LMDB_JOURNAL_PREFIX
 
 
 def snapshot(out: str) -> dict:
@@ -114,7 +114,7 @@ def mixed_folder(root, n: int, seed: int, converted: str, bad: tuple[str, str]) 
 def interrupt_at(monkeypatch, src: str, k: int) -> None:
     """Reading the k-th file (in scan order) raises KeyboardInterrupt, as Ctrl-C would."""
     import converters.packer as packer
-    from feedline.scan import scan_folder
+    from feedline.dataset.scan import scan_folder
     real, stop = packer.check_file, scan_folder(src).paths[k - 1]
 
     def flaky(root, rel, options):

@@ -1,4 +1,4 @@
-"""Write feedline LMDB and HDF5 files exactly as feedline/format.py documents them.
+"""Write feedline LMDB and HDF5 files exactly as feedline/dataset/format.py documents them.
 
 Independent of the converters, so the readers are tested against the contract itself,
 and damaged files (a garbage record, a label out of range, a wrong size, a newer
@@ -14,7 +14,7 @@ import h5py
 import lmdb
 import numpy as np
 
-from feedline.format import (HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS, LMDB_COLUMN_PREFIX, LMDB_META_KEY,
+from feedline.dataset.format import (HDF5_IMAGES, HDF5_META_ATTR, HDF5_OFFSETS, LMDB_COLUMN_PREFIX, LMDB_META_KEY,
                              Columns, checksum, image_key, make_meta, meta_to_bytes)
 
 
@@ -50,7 +50,7 @@ class Records:
 
 
 def _with_checksums(meta: dict | None) -> bool:
-    """Checksums are stored from format version 2 on, as feedline/format.py says."""
+    """Checksums are stored from format version 2 on, as feedline/dataset/format.py says."""
     return meta is None or not isinstance(meta.get("format_version"), int) or meta["format_version"] >= 2
 
 

@@ -1,6 +1,6 @@
 """A labelled photo folder with every field, and the oracle of one delivered row: what a
 sample's targets must be, written from the record's plain targets (``Store.targets``) and its
-crop, with boxes through `feedline.boxes.transform_boxes` (itself checked by hand in test_boxes)
+crop, with boxes through `feedline.dataset.box_geometry.transform_boxes` (itself checked by hand in test_boxes)
 and keypoints through `feedline.fields.keypoints.to_output` (by hand in test_fields_keypoints)."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import os
 
 import numpy as np
 
-from feedline.augment import plan as plan_augment
-from feedline.boxes import transform_boxes
+from feedline.planning.augment import plan as plan_augment
+from feedline.dataset.box_geometry import transform_boxes
 from feedline.fields.keypoints import to_output
 from feedline.sample import make_photo_folder
 

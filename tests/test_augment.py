@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import oracles
-from feedline.augment import AugmentSpec, center_crop, plan, random_resized_crop, uniforms
+from feedline.planning.augment import AugmentSpec, center_crop, plan, random_resized_crop, uniforms
 
 # Shapes that reach every branch: landscape, portrait, square, tiny, and strips too thin
 # for any attempt (torchvision's fallback, on either side of the ratio range).

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from feedline.augment import AugmentSpec, center_crop, plan
-from feedline.boxes import boxes_to_batch, to_output, transform_boxes
+from feedline.planning.augment import AugmentSpec, center_crop, plan
+from feedline.dataset.box_geometry import boxes_to_batch, to_output, transform_boxes
 
 
 def mask_reference(box, image_hw, crop, flip, size):

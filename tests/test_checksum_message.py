@@ -6,7 +6,7 @@ import pytest
 
 from converters import pack
 from feedline import FeedLoader, open_dataset
-from feedline.errors import DecodeError
+from feedline.core.errors import DecodeError
 from feedline.sample import make_photo_folder
 
 

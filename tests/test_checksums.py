@@ -12,10 +12,10 @@ from storefiles import WRITERS, make_records
 
 import feedline
 from converters import pack
-from feedline.errors import ChecksumError, StoreError
-from feedline.format import FORMAT_VERSION
+from feedline.core.errors import ChecksumError, StoreError
+from feedline.dataset.format import FORMAT_VERSION
 from feedline.sample import make_photo_folder
-from feedline.verify import verify
+from feedline.dataset.verify import verify
 
 KINDS = ("lmdb", "hdf5")
 FLIP = 12 << 10

@@ -44,6 +44,6 @@ def test_train_reads_a_bucket_in_shard_order(uploaded, s3_env, tmp_path, capsys,
 
 def test_feedloader_refuses_an_unsupported_scheme_in_one_line():
     from feedline import FeedLoader
-    from feedline.errors import StoreError
+    from feedline.core.errors import StoreError
     with pytest.raises(StoreError, match=r"gs://b/x.shards.json: feedline does not read gs:// URLs.*s3://"):
         FeedLoader("gs://b/x.shards.json", batch_size=4, train=False)

@@ -1,8 +1,8 @@
-"""feedline.format.column_bytes: the columns' stored bytes built without numpy (what the
+"""feedline.dataset.format.column_bytes: the columns' stored bytes built without numpy (what the
 writers store) are exactly those of the numpy Columns, and read back as they were given."""
 from __future__ import annotations
 
-from feedline.format import CHECKSUMS, COLUMN_NAMES, Columns, column_bytes
+from feedline.dataset.format import CHECKSUMS, COLUMN_NAMES, Columns, column_bytes
 
 
 def test_column_bytes_are_the_numpy_columns_bytes():

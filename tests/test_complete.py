@@ -10,7 +10,7 @@ import pytest
 from pack_helpers import mixed  # noqa: F401  (a module fixture)
 
 from converters import pack
-from feedline.errors import PackError
+from feedline.core.errors import PackError
 
 
 @pytest.mark.parametrize("ext", ["lmdb", "h5"])

@@ -1,4 +1,4 @@
-"""feedline.config: FeedLoader's option groups as spec objects or loose keywords, the dtype
+"""feedline.core.config: FeedLoader's option groups as spec objects or loose keywords, the dtype
 resolved once, the one order/shuffle rule, and a rank's place checked."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from feedline import FeedLoader
-from feedline.augment import AugmentSpec
-from feedline.choices import Engine, Order
-from feedline.config import LoaderConfig, OrderSpec, OutputSpec, distributed_position
-from feedline.keywords import choose_order
+from feedline.planning.augment import AugmentSpec
+from feedline.core.choices import Engine, Order
+from feedline.core.config import LoaderConfig, OrderSpec, OutputSpec, distributed_position
+from feedline.loading.keywords import choose_order
 
 
 def loader(path, **kw) -> FeedLoader:

@@ -19,11 +19,11 @@ from engine_helpers import HOST, epoch_plan, make_workers, queue_of, ring_of
 from storefiles import make_records, write_lmdb
 
 from feedline import FeedLoader, TransformSpec, open_dataset
-from feedline.errors import DecodeError
+from feedline.core.errors import DecodeError
 from feedline.sources.cpu_engine import deliver
 from feedline.sources.feed import Feed
 from feedline.sources.finisher import Filled, HostFinisher
-from feedline.stats import LoaderStats
+from feedline.core.stats import LoaderStats
 from feedline.transforms import Mixup, RandAugment
 
 
@@ -332,7 +332,7 @@ def damage_record(path: str, index: int) -> None:
     """Flip bytes in the middle of record ``index`` of an LMDB store: a checksum mismatch."""
     import lmdb
 
-    from feedline.format import image_key
+    from feedline.dataset.format import image_key
     env = lmdb.open(path, subdir=False, lock=False)
     with env.begin(write=True) as txn:
         value = bytearray(txn.get(image_key(index)))

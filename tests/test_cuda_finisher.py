@@ -31,9 +31,9 @@ import pytest
 import torch
 
 from feedline import FeedLoader
-from feedline.config import OutputSpec
+from feedline.core.config import OutputSpec
 from feedline.decoders import get_decoder
-from feedline.plan import BatchPlan
+from feedline.planning.plan import BatchPlan
 from feedline.sources.cuda_finisher import CudaFinisher
 from feedline.sources.finisher import Finished
 from feedline.sources.slot import Slot

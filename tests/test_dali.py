@@ -14,14 +14,14 @@ import torch
 from PIL import Image
 
 import feedline
-from feedline.augment import AugmentSpec
-from feedline.choices import Order
-from feedline.config import LoaderConfig, OutputSpec
-from feedline.errors import BackendUnavailable, DecodeError, StoreError
-from feedline.plan import EpochPlan
+from feedline.planning.augment import AugmentSpec
+from feedline.core.choices import Order
+from feedline.core.config import LoaderConfig, OutputSpec
+from feedline.core.errors import BackendUnavailable, DecodeError, StoreError
+from feedline.planning.plan import EpochPlan
 from feedline.sample import make_photo_folder
 from feedline.sources.substitute import substitute_sample
-from feedline.stats import LoaderStats
+from feedline.core.stats import LoaderStats
 
 pytestmark = pytest.mark.dali
 

@@ -14,7 +14,7 @@ from storefiles import make_records, write_lmdb
 
 from feedline import FeedLoader
 from feedline.decoders import get_decoder
-from feedline.errors import DecodeError
+from feedline.core.errors import DecodeError
 from feedline.sources.dali_graph import dali_reason
 
 

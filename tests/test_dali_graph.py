@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
-from feedline.config import OutputSpec
+from feedline.core.config import OutputSpec
 from feedline.sources.dali_graph import PipelineSpec, dali_dtype, dali_reason
 
 

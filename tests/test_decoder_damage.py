@@ -15,7 +15,7 @@ import pytest
 
 from feedline.decoders import damage_detection, get_decoder
 from feedline.decoders.base import Box
-from feedline.errors import DecodeError
+from feedline.core.errors import DecodeError
 from feedline.sample import make_photo_folder
 
 STRICT = ["nvimgcodec", "turbojpeg"]      # detect corrupt data inside and cut-short files

@@ -14,7 +14,7 @@ from PIL import Image
 
 from feedline.decoders import get_decoder
 from feedline.decoders.base import Box
-from feedline.errors import DecodeError
+from feedline.core.errors import DecodeError
 from feedline.sample import make_photo_folder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def test_import_and_failures_print_nothing():
     lines never reach the user's terminal."""
     code = ("import numpy as np\n"
             "from feedline.decoders import get_decoder\n"
-            "from feedline.errors import DecodeError\n"
+            "from feedline.core.errors import DecodeError\n"
             "d = get_decoder('nvimgcodec', strict=False)\n"
             "for bad in (b'\\xff\\xd8' + b'junk' * 9, b'\\xff\\xd8\\xff\\xdb'):\n"
             "    try:\n"

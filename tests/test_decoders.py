@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from feedline import selection
+from feedline.decoders import selection
 from feedline.decoders import available_decoders, decoder_names, get_decoder, missing_library_reason
 from feedline.decoders.base import Box, choose_scale, crop_scaled, is_jpeg, resize_into, resize_scaled_into
-from feedline.errors import BackendUnavailable, DecodeError
+from feedline.core.errors import BackendUnavailable, DecodeError
 from feedline.sample import make_image, make_photo_folder, photo_paths
 
 BACKENDS = ["nvimgcodec", "turbojpeg", "opencv", "pil"]
@@ -341,7 +341,7 @@ def test_names_and_classes():
 
 def test_auto_prefers_nvimgcodec_strict_and_logs_once(caplog, monkeypatch):
     monkeypatch.setattr(selection, "_logged", set())
-    with caplog.at_level(logging.INFO, logger="feedline.selection"):
+    with caplog.at_level(logging.INFO, logger="feedline.decoders.selection"):
         first = get_decoder("auto")
         assert get_decoder("auto").name == first.name == "nvimgcodec"
     assert first.strict
@@ -393,7 +393,7 @@ def test_libturbojpeg_not_found_says_what_to_install(monkeypatch, caplog):
     with pytest.raises(BackendUnavailable, match="decoder 'turbojpeg' is unavailable: libturbojpeg not found"):
         get_decoder("turbojpeg")
     monkeypatch.setattr(selection, "AUTO_PREFERENCE", ("turbojpeg", "simplejpeg"))
-    with caplog.at_level(logging.INFO, logger="feedline.selection"):
+    with caplog.at_level(logging.INFO, logger="feedline.decoders.selection"):
         assert get_decoder("auto").name == "simplejpeg"
     [record] = [r for r in caplog.records if "'auto'" in r.getMessage()]
     assert record.levelno == logging.WARNING and "libturbojpeg not found" in record.getMessage()

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from feedline.augment import center_crop
+from feedline.planning.augment import center_crop
 from feedline.decoders import get_decoder
 from feedline.decoders.base import Box, choose_scale, resize_scaled_into, source_region, whole_pixel_boxes
 from feedline.decoders.resample import resample_into, span
@@ -179,7 +179,7 @@ def test_both_implementations_agree_off_and_on_the_grid():
 
 
 def test_a_region_outside_the_image_is_a_decode_error():
-    from feedline.errors import DecodeError
+    from feedline.core.errors import DecodeError
     with pytest.raises(DecodeError, match="not inside the 4x4 image"):
         resample_into(ramp(), 0, 0.5, 4, 4, np.zeros((2, 2, 3), np.uint8))
     with pytest.raises(DecodeError, match="not inside"):

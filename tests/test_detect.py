@@ -7,7 +7,7 @@ import shutil
 import pytest
 from storefiles import make_records, write_hdf5, write_lmdb
 
-from feedline.errors import StoreError
+from feedline.core.errors import StoreError
 from feedline.stores.detect import looks_like_hdf5, looks_like_lmdb, open_file, read_head
 
 

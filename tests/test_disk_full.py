@@ -11,7 +11,7 @@ from pack_helpers import committed, snapshot
 
 import feedline
 from converters import pack
-from feedline.errors import DiskFullError
+from feedline.core.errors import DiskFullError
 from feedline.sample import make_photo_folder
 
 FORMATS = ["lmdb", "h5"]

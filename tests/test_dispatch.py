@@ -9,13 +9,13 @@ import pytest
 from engine_helpers import damaged_copy, epoch_plan, make_workers, queue_of, ring_of
 
 from feedline import open_dataset
-from feedline.choices import OnError
+from feedline.core.choices import OnError
 from feedline.decoders import get_decoder
 from feedline.decoders.base import Box
-from feedline.errors import DecodeError
+from feedline.core.errors import DecodeError
 from feedline.sources.dispatch import CHUNKS_PER_WORKER
 from feedline.sources.substitute import substitute_sample
-from feedline.stats import LoaderStats
+from feedline.core.stats import LoaderStats
 from feedline.transforms import SampleTransforms
 
 DAMAGED = 5   # a record of the first batch of 8, in sequential order

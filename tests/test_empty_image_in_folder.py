@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from feedline import FeedLoader
-from feedline.augment import center_crop
+from feedline.planning.augment import center_crop
 from feedline.sample import make_photo_folder
 
 

@@ -64,7 +64,7 @@ def kind_checks(path: Path) -> list[str]:
 # Batch transforms read the delivered dict's keys (a mixer mixes "label" or "labels"), and
 # `feedline show` captions them: those are batch keys, not field kinds' knowledge. WebDataset's
 # KEY.cls is a label by that format's own convention.
-BATCH_KEYS = ("feedline/transforms/runner.py", "feedline/sources/transforming.py", "feedline/show.py",
+BATCH_KEYS = ("feedline/transforms/runner.py", "feedline/sources/transforming.py", "feedline/dataset/show.py",
               "converters/webdataset.py")
 
 

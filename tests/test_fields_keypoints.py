@@ -12,16 +12,16 @@ import torch
 import feedline
 from converters import pack
 from feedline import FeedLoader
-from feedline.augment import AugmentSpec
-from feedline.augment import plan as plan_augment
-from feedline.describe import describe, format_info
-from feedline.errors import FeedlineError, PackError
+from feedline.planning.augment import AugmentSpec
+from feedline.planning.augment import plan as plan_augment
+from feedline.dataset.describe import describe, format_info
+from feedline.core.errors import FeedlineError, PackError
 from feedline.fields.keypoints import to_output
-from feedline.labels_file import read_labels_file
+from feedline.dataset.labels_file import read_labels_file
 from feedline.sample import make_photo_folder
 from feedline.transforms import ColorJitter, MixUp, RandAugment, TransformError
 from feedline.transforms.with_targets import check_transforms_for_targets
-from feedline.verify import verify
+from feedline.dataset.verify import verify
 
 # A crop of rows 10..50 and columns 20..100 of the source, resized to 20 x 40 (half size).
 CROP, SIZE = [10, 20, 40, 80], (20, 40)

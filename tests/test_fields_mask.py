@@ -9,12 +9,12 @@ import pytest
 from masks_helpers import check_on_pixels, mask_folder
 
 from feedline import FeedLoader, OutputSpec, open_dataset
-from feedline.describe import describe, format_info
-from feedline.errors import FeedlineError
+from feedline.dataset.describe import describe, format_info
+from feedline.core.errors import FeedlineError
 from feedline.fields import FieldsError, per_pixel
 from feedline.fields.mask import Mask
-from feedline.labels_file import read_labels_file
-from feedline.scan import scan_folder
+from feedline.dataset.labels_file import read_labels_file
+from feedline.dataset.scan import scan_folder
 
 
 @pytest.mark.parametrize("jsonl", [False, True])

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from feedline import open_dataset
-from feedline.augment import AugmentSpec, plan as plan_augment
-from feedline.choices import Order
+from feedline.planning.augment import AugmentSpec, plan as plan_augment
+from feedline.core.choices import Order
 from feedline.decoders import get_decoder
 from feedline.decoders.base import Box
-from feedline.errors import ChecksumError, UnavailableError
-from feedline.format import image_key
-from feedline.plan import EpochPlan
+from feedline.core.errors import ChecksumError, UnavailableError
+from feedline.dataset.format import image_key
+from feedline.planning.plan import EpochPlan
 from feedline.sources.arena import Arena
 from feedline.sources.fill import IDLE, Chunk, Control, RunSpec, SampleSpec, fill_chunk
 from feedline.sources.normalization import normalize_table

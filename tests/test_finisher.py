@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from feedline.config import OutputSpec, TransformSpec
-from feedline.plan import BatchPlan
+from feedline.core.config import OutputSpec, TransformSpec
+from feedline.planning.plan import BatchPlan
 from feedline.sources.finisher import Filled, HostFinisher, finish_batch
 from feedline.sources.normalization import normalize_batch
 from feedline.sources.slot import Slot

@@ -54,7 +54,7 @@ def test_an_image_too_large_to_decode_is_a_one_line_reason_not_a_crop_error(tmp_
     from helpers_images import flat_gray_jpeg
 
     from feedline import FeedLoader
-    from feedline.errors import FeedlineError
+    from feedline.core.errors import FeedlineError
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "huge.jpg").write_bytes(flat_gray_jpeg(20000, 20000))
     (tmp_path / "a" / "small.jpg").write_bytes(flat_gray_jpeg(64, 48))

@@ -23,7 +23,7 @@ import torch
 from PIL import Image
 
 import feedline
-from feedline.plan import EpochPlan
+from feedline.planning.plan import EpochPlan
 from cuda_helpers import hold
 
 pytestmark = pytest.mark.cuda

@@ -9,13 +9,13 @@ import torch
 from masks_helpers import IGNORE, packed, quadrant_mask
 
 from feedline import open_dataset
-from feedline.augment import AugmentSpec
-from feedline.choices import Order
-from feedline.augment import plan as plan_augment
+from feedline.planning.augment import AugmentSpec
+from feedline.core.choices import Order
+from feedline.planning.augment import plan as plan_augment
 from feedline.decoders.base import Box, whole_pixels
-from feedline.mask_codec import encode
-from feedline.mask_sampling import sample_mask
-from feedline.plan import EpochPlan
+from feedline.dataset.mask_codec import encode
+from feedline.dataset.mask_sampling import sample_mask
+from feedline.planning.plan import EpochPlan
 from feedline.sources.fill import MaskSpec
 from feedline.sources.gpu_masks import batch_masks, resized_mask
 

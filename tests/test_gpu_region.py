@@ -60,8 +60,8 @@ def test_crop_of_a_whole_image():
 @pytest.mark.dali
 def test_dali_whole_image_graph_gives_the_region_graphs_pixels(tmp_path):
     pytest.importorskip("nvidia.dali")
-    from feedline.augment import AugmentSpec
-    from feedline.config import OutputSpec
+    from feedline.planning.augment import AugmentSpec
+    from feedline.core.config import OutputSpec
     from feedline.sample import make_photo_folder
     from feedline.sources.dali_graph import PipelineSpec, build_pipeline, import_dali
     make_photo_folder(str(tmp_path / "photos"), n=4, classes=1, seed=5, sizes=[(160, 120), (200, 150)])

@@ -15,12 +15,12 @@ import torch
 from PIL import Image
 
 from converters.libjpeg_transcode import transcode_to_grid
-from feedline.augment import random_resized_crop, uniforms
+from feedline.planning.augment import random_resized_crop, uniforms
 from feedline.decoders.base import Box
 from feedline.decoders.grid_decoder import GridDecoder
 from feedline.decoders.nvimgcodec_library import load_nvimgcodec
 from feedline.decoders.simplejpeg_decoder import SimplejpegDecoder
-from feedline.errors import DecodeError
+from feedline.core.errors import DecodeError
 from feedline.sample import make_image, photo_paths
 from feedline.sources.gpu_splice import GridSplice
 

@@ -12,13 +12,13 @@ import pytest
 from PIL import Image
 
 from converters.libjpeg_transcode import transcode_to_grid
-from feedline.augment import center_crop, random_resized_crop, uniforms
+from feedline.planning.augment import center_crop, random_resized_crop, uniforms
 from feedline.decoders import jpeg_warnings
 from feedline.decoders.base import Box
 from feedline.decoders.grid_decoder import GridDecoder
 from feedline.decoders.jpeg_grid import parse_grid
 from feedline.decoders.simplejpeg_decoder import SimplejpegDecoder
-from feedline.errors import DecodeError
+from feedline.core.errors import DecodeError
 from feedline.sample import make_image, photo_paths
 
 STD = 255 * np.array([0.229, 0.224, 0.225])   # the loader's normalization, in uint8 levels

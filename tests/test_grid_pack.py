@@ -22,9 +22,9 @@ from feedline.decoders import get_decoder
 from feedline.decoders.grid_decoder import GridDecoder, grid_decoder_for, is_grid_store
 from feedline.decoders.jpeg_grid import parse_grid
 from feedline.decoders.registry import registration
-from feedline.errors import PackError
+from feedline.core.errors import PackError
 from feedline.sample import make_image, make_photo_folder, photo_paths
-from feedline.selection import auto_decoder_name
+from feedline.decoders.selection import auto_decoder_name
 
 SIZE = 48
 STD = 255 * np.array([0.229, 0.224, 0.225])   # the loader's normalization, in uint8 levels
@@ -186,7 +186,7 @@ def test_a_library_with_other_structures_is_refused_with_a_clear_error(monkeypat
 def test_the_space_check_allows_for_the_grid_being_larger(tmp_path, monkeypatch):
     """The markers make records ~5% larger: room for the files alone is not room for a grid pack."""
     from converters import disk_space
-    from feedline.errors import DiskFullError
+    from feedline.core.errors import DiskFullError
     lengths = [100_000] * 200
     original = disk_space.estimate("hdf5", lengths, 2000)
     grid = disk_space.estimate("hdf5", lengths, 2000, "grid")

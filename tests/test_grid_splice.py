@@ -13,7 +13,7 @@ from PIL import Image
 
 from feedline.decoders.base import Box
 from feedline.decoders.jpeg_grid import CONTEXT, mcu_span, parse_grid, splice, splice_crop, with_context
-from feedline.errors import DecodeError
+from feedline.core.errors import DecodeError
 from feedline.sample import photo_paths
 
 SUBSAMPLING = {"444": 0, "422": 1, "420": 2}

@@ -16,7 +16,7 @@ from PIL import Image
 from converters import PackOptions, pack
 from converters import libjpeg_transcode as transcode
 from converters.jpeg_structure import StructureError, check_structure
-from feedline.errors import PackError
+from feedline.core.errors import PackError
 from feedline.sample import make_image, photo_paths
 
 

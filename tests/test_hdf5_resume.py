@@ -10,7 +10,7 @@ import pytest
 from pack_helpers import interrupted, mixed
 
 from converters import pack
-from feedline.errors import PackError
+from feedline.core.errors import PackError
 
 
 def test_hdf5_resume_refuses_a_journal_that_is_not_one(mixed, tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import pytest
 from pack_helpers import MiB, big, mixed, records_of, stored_as_sources
 
 from converters import pack
-from feedline.errors import PackError
+from feedline.core.errors import PackError
 
 
 SMALL_DISK = ("12m", "64m")   # conftest's small_disk: room for the staged images, not for a copy of them too
@@ -71,7 +71,7 @@ def test_hdf5_offsets_are_int64_as_the_format_says(mixed, tmp_path):
 
 def test_hdf5_staged_bytes_changed_under_the_pack_are_refused_at_the_end(mixed, tmp_path, monkeypatch):
     import converters.packer as packer
-    from feedline.scan import scan_folder
+    from feedline.dataset.scan import scan_folder
     out = str(tmp_path / "o.h5")
     whole = pack(mixed, str(tmp_path / "whole.h5"))
     real, last = packer.check_file, scan_folder(mixed).paths[-1]
@@ -92,7 +92,7 @@ def test_hdf5_stages_records_as_they_come_not_at_the_commit(big, tmp_path, monke
     """A chunk's records are written to the staging file once they hold a MiB, so their memory
     is freed: by the seventh file of one chunk (1 MB each), megabytes are staged before any commit."""
     import converters.packer as packer
-    from feedline.scan import scan_folder
+    from feedline.dataset.scan import scan_folder
     out = str(tmp_path / "o.h5")
     real, last, staged = packer.check_file, scan_folder(big).paths[-1], []
 

@@ -8,10 +8,10 @@ import pytest
 from storefiles import WRITERS, jpeg, make_records, write_lmdb
 
 from feedline import cli
-from feedline.describe import describe, format_info
-from feedline.format import LABEL_ONLY_VERSION, LMDB_IMAGE_PREFIX
+from feedline.dataset.describe import describe, format_info
+from feedline.dataset.format import LABEL_ONLY_VERSION, LMDB_IMAGE_PREFIX
 from feedline.sample import make_photo_folder
-from feedline.verify import Problem, VerifyResult, strict_decoder, verify
+from feedline.dataset.verify import Problem, VerifyResult, strict_decoder, verify
 
 KINDS = ("lmdb", "hdf5")
 

@@ -15,8 +15,8 @@ from pack_helpers import (
 
 import feedline
 from converters import pack
-from feedline.errors import PackError
-from feedline.format import checksum
+from feedline.core.errors import PackError
+from feedline.dataset.format import checksum
 
 
 SMALL_DISK = ("12m", "64m")   # conftest's small_disk: room for the staged images, not for a copy of them too
@@ -56,8 +56,8 @@ def test_the_journal_of_an_interrupted_pack_lists_each_chunk(mixed, tmp_path, mo
 
     from converters import PackOptions
     from converters.journal import scan_digest
-    from feedline.format import checksum
-    from feedline.scan import scan_folder
+    from feedline.dataset.format import checksum
+    from feedline.dataset.scan import scan_folder
     out = str(tmp_path / "o.h5")
     interrupted(mixed, out, monkeypatch)
     _, *entries = [json.loads(line) for line in open(out + ".partial.journal", "rb").read().splitlines()]
@@ -109,7 +109,7 @@ def test_the_progress_bar_of_a_resumed_pack_starts_where_it_stopped(mixed, tmp_p
 def test_resume_is_refused_when_the_labels_csv_renamed_a_class_or_relabelled_a_file(mixed, tmp_path, monkeypatch):
     """The same files under other class names, or one file under another class, is another data
     set: the journal's input digest covers the class names and every file's label."""
-    from feedline.scan import scan_folder
+    from feedline.dataset.scan import scan_folder
     photos = [p for p in scan_folder(mixed).paths if "/img_" in p]
     csv = tmp_path / "labels.csv"
 
@@ -137,7 +137,7 @@ def test_resume_is_refused_when_the_labels_csv_renamed_a_class_or_relabelled_a_f
 
 
 def test_resume_refused_for_room_keeps_what_is_committed(big, small_disk, tmp_path, monkeypatch):
-    from feedline.errors import DiskFullError
+    from feedline.core.errors import DiskFullError
     out = str(small_disk.path / "o.lmdb")
     with monkeypatch.context() as m:
         interrupt_at(m, big, 4)

@@ -23,10 +23,10 @@ import simplejpeg
 from converters import PackOptions, pack
 from feedline import FeedLoader
 from feedline.decoders import get_decoder, jpeg_warnings
-from feedline.describe import describe, format_info
-from feedline.errors import DecodeError
+from feedline.dataset.describe import describe, format_info
+from feedline.core.errors import DecodeError
 from feedline.sample import make_photo_folder
-from feedline.verify import verify
+from feedline.dataset.verify import verify
 
 STRICT = ["simplejpeg", "turbojpeg", "nvimgcodec"]
 

@@ -1,4 +1,4 @@
-"""feedline.keywords: FeedLoader's keywords as specs, and the keywords that moved into a spec
+"""feedline.loading.keywords: FeedLoader's keywords as specs, and the keywords that moved into a spec
 refused by name."""
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_auto_workers_split_the_usable_cores_between_the_ranks_of_a_node(packed_
     the shares differ."""
     import os
 
-    from feedline.keywords import choose_threads
+    from feedline.loading.keywords import choose_threads
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     assert choose_threads("auto") == 8
@@ -91,7 +91,8 @@ def test_a_torch_dataset_hears_pack_first_before_its_dataloader_keywords():
 def test_shuffled_evaluation_crops_are_warned_about_once(packed_lmdb, monkeypatch):
     """shuffle=True (or a shuffling order) without train= or augment=: center crops in a random
     order, said once per process; train= or augment= given, or no shuffle, says nothing."""
-    from feedline import AugmentSpec, keywords
+    from feedline import AugmentSpec
+    from feedline.loading import keywords
     monkeypatch.setattr(keywords, "_warned_shuffled_evaluation", False)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

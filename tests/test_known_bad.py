@@ -8,11 +8,11 @@ import pytest
 from storefiles import make_records, write_lmdb
 
 from feedline import open_dataset
-from feedline.augment import AugmentSpec
-from feedline.choices import OnError, Order
-from feedline.errors import DecodeError
-from feedline.ledger import BadRecordLedger
-from feedline.plan import EpochPlan
+from feedline.planning.augment import AugmentSpec
+from feedline.core.choices import OnError, Order
+from feedline.core.errors import DecodeError
+from feedline.core.ledger import BadRecordLedger
+from feedline.planning.plan import EpochPlan
 from feedline.sources.known_bad import KnownBad
 from feedline.sources.policy import BadRecordPolicy
 

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from feedline.errors import FeedlineError
-from feedline.labels_file import read_labels_file
-from feedline.scan import scan_folder
+from feedline.core.errors import FeedlineError
+from feedline.dataset.labels_file import read_labels_file
+from feedline.dataset.scan import scan_folder
 
 
 def write(tmp_path, name: str, text: str) -> str:

@@ -1,8 +1,8 @@
-"""The bad-record ledger (feedline/ledger.py): one line per record, the one-line summary with
+"""The bad-record ledger (feedline/core/ledger.py): one line per record, the one-line summary with
 counts and the first few, and the last word per place in epoch order."""
 from __future__ import annotations
 
-from feedline.ledger import CHECKSUM, UNDECODABLE, BadRecord, BadRecordLedger
+from feedline.core.ledger import CHECKSUM, UNDECODABLE, BadRecord, BadRecordLedger
 
 
 def bad(index, reason=UNDECODABLE, substitute=None, batch=0, position=None):

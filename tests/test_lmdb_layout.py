@@ -35,7 +35,7 @@ def test_an_lmdb_file_whose_pages_do_not_place_every_record_gets_no_hints_and_re
 @pytest.mark.parametrize("kind", ["lmdb-photos", "lmdb-mixed"])
 def test_lmdb_columns_are_found_in_the_btree_where_lmdb_reads_them(stores, kind):
     """Opening advises the columns' pages before reading them: the places must be theirs."""
-    from feedline.format import LMDB_COLUMN_PREFIX
+    from feedline.dataset.format import LMDB_COLUMN_PREFIX
     from feedline.stores.lmdb_layout import key_places
     path = stores[kind]
     with open_dataset(path) as store:

@@ -7,8 +7,8 @@ import pytest
 from pack_helpers import interrupted, mixed, records_of
 
 from converters import pack
-from feedline.errors import PackError
-from feedline.format import image_key
+from feedline.core.errors import PackError
+from feedline.dataset.format import image_key
 
 
 def put(partial: str, key: bytes, value: bytes) -> None:
@@ -22,7 +22,7 @@ def put(partial: str, key: bytes, value: bytes) -> None:
 
 
 def test_lmdb_resume_refuses_a_damaged_journal_entry_naming_the_file(mixed, tmp_path, monkeypatch):
-    from feedline.format import journal_key
+    from feedline.dataset.format import journal_key
     out = str(tmp_path / "o.lmdb")
     interrupted(mixed, out, monkeypatch)
     put(out + ".partial", journal_key(1), b"{not json")
@@ -33,7 +33,7 @@ def test_lmdb_resume_refuses_a_damaged_journal_entry_naming_the_file(mixed, tmp_
 
 
 def test_lmdb_resume_refuses_images_the_journal_does_not_list(mixed, tmp_path, monkeypatch):
-    from feedline.format import image_key
+    from feedline.dataset.format import image_key
     out = str(tmp_path / "o.lmdb")
     interrupted(mixed, out, monkeypatch)   # 9 files committed: 8 records, 1 skipped
     put(out + ".partial", image_key(8), b"\xff\xd8 a record added after the last commit")

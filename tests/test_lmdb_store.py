@@ -16,7 +16,7 @@ from store_helpers import DAMAGED_TAIL, error_of, photos, records
 from storefiles import write_lmdb
 
 from feedline import open_dataset
-from feedline.format import image_key
+from feedline.dataset.format import image_key
 from feedline.stores import lmdb_store
 from feedline.stores.lmdb_store import LmdbStore
 

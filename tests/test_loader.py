@@ -9,8 +9,8 @@ import torch
 from PIL import Image
 
 from feedline import DecodeError, FeedLoader, open_dataset
-from feedline.config import IMAGENET_MEAN, IMAGENET_STD, OrderSpec, OutputSpec
-from feedline.plan import EpochPlan
+from feedline.core.config import IMAGENET_MEAN, IMAGENET_STD, OrderSpec, OutputSpec
+from feedline.planning.plan import EpochPlan
 
 
 def decode_threads():
@@ -194,7 +194,7 @@ def test_substitution_keeps_the_batch_shape_and_is_in_the_ledger(folder_with_a_b
     loader = FeedLoader(str(folder_with_a_bad_jpeg), batch_size=4, size=32, num_workers=2, device="cpu",
                         on_error="substitute", decoder="opencv", seed=0)
     bad_index = [loader.store.path(i) for i in range(len(loader.store))].index("class_001/img_0000005.jpg")
-    with caplog.at_level(logging.WARNING, logger="feedline.loader"):
+    with caplog.at_level(logging.WARNING, logger="feedline.loading.loader"):
         batches = collect(loader)
     assert all(x.shape == (4, 3, 32, 32) for x, _ in batches)
     assert loader.stats.substituted == 1
@@ -311,7 +311,7 @@ def test_state_of_an_unknown_version_is_refused(packed_lmdb):
 def test_uneven_shards_visit_each_record_once(packed_lmdb, world):
     """even_shards=False (evaluation): the ranks' record sets are disjoint, cover the data set,
     and their sizes differ by at most one."""
-    from feedline.plan import EpochPlan
+    from feedline.planning.plan import EpochPlan
     shares = []
     for rank in range(world):
         loader = FeedLoader(str(packed_lmdb), batch_size=4, size=16, device="cpu", train=False,

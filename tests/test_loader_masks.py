@@ -1,7 +1,7 @@
 """Masks delivered by FeedLoader: quadrant images whose masks mark each quadrant's class
 (masks_helpers), so that wherever the crop, flip, a geometric op, erasing or CutMix puts a
 pixel, its class must be its colour's; each mask also equal to its record's mask through the
-plan's own crop and flip (`feedline.mask_sampling`, checked by hand in test_mask_sampling),
+plan's own crop and flip (`feedline.dataset.mask_sampling`, checked by hand in test_mask_sampling),
 on worker threads and processes, LMDB, HDF5 and shards; substitutes; every refusal."""
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from masks_helpers import COLOURS, IGNORE, check_on_pixels, mask_folder, packed
 
 from converters import pack
 from feedline import AugmentSpec, FeedLoader, OutputSpec, TransformSpec
-from feedline.augment import plan as plan_augment
+from feedline.planning.augment import plan as plan_augment
 from feedline.decoders.base import Box
-from feedline.mask_sampling import sample_mask
+from feedline.dataset.mask_sampling import sample_mask
 from feedline.transforms import CutMix, Mixup, MixUp, RandAugment, RandomErasing, TimmRandAugment, TrivialAugmentWide
 from feedline.transforms.runner import SampleTransforms
 
@@ -179,7 +179,7 @@ def test_a_store_with_masks_alone_yields_the_masks_tensor(tmp_path):
 def test_a_bad_record_is_replaced_by_its_substitute_with_the_substitutes_own_mask(tmp_path):
     path, _ = packed(str(tmp_path))
     import lmdb
-    from feedline.format import MASK_SUFFIX, image_key
+    from feedline.dataset.format import MASK_SUFFIX, image_key
     env = lmdb.open(path, subdir=False, lock=False)
     with env.begin(write=True) as txn:   # record 2's mask changed on disk: its checksum fails
         value = bytearray(txn.get(image_key(2) + MASK_SUFFIX))

@@ -10,9 +10,9 @@ from loader_helpers import small
 from storefiles import make_records, write_lmdb
 
 from feedline import FeedLoader
-from feedline.choices import Engine, OnError, Order
-from feedline.config import usable_cores
-from feedline.errors import BackendUnavailable
+from feedline.core.choices import Engine, OnError, Order
+from feedline.core.config import usable_cores
+from feedline.core.errors import BackendUnavailable
 
 
 def test_defaults_are_the_documented_ones(packed_lmdb):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from feedline import FeedLoader
-from feedline.size_schedule import ProgressiveSize, SizeSchedule, schedule_of
+from feedline.planning.size_schedule import ProgressiveSize, SizeSchedule, schedule_of
 
 pytestmark = pytest.mark.turbojpeg   # the decoder these tests run on (the turbojpeg extra)
 

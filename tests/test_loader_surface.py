@@ -1,4 +1,4 @@
-"""feedline.loader_surface: what code written for a DataLoader reads from FeedLoader. Its
+"""feedline.loading.loader_surface: what code written for a DataLoader reads from FeedLoader. Its
 ``dataset[i]`` is a record as torchvision's ImageFolder gives one: the stored image as an RGB
 PIL image (the packed JPEG's own pixels) and its class, or the record's targets."""
 from __future__ import annotations

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from feedline.mask_codec import MaskError, decode, encode, read_png, shape_of, values_of
+from feedline.dataset.mask_codec import MaskError, decode, encode, read_png, shape_of, values_of
 
 
 def png(array, mode: str | None = None, palette: bool = False) -> bytes:

@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from masks_helpers import quadrant_mask
 
-from feedline.augment import center_crop
+from feedline.planning.augment import center_crop
 from feedline.decoders.base import Box
-from feedline.mask_codec import MaskError, encode
-from feedline.mask_sampling import resized_indices, sample_mask, source_indices, window_indices
+from feedline.dataset.mask_codec import MaskError, encode
+from feedline.dataset.mask_sampling import resized_indices, sample_mask, source_indices, window_indices
 
 
 def test_a_known_crop_and_flip_puts_each_quadrant_where_it_must_be():

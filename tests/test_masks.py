@@ -13,8 +13,8 @@ from PIL import Image
 from converters import PackOptions, pack
 from converters.masks import turned
 from feedline import open_dataset
-from feedline.errors import PackError
-from feedline.verify import verify
+from feedline.core.errors import PackError
+from feedline.dataset.verify import verify
 
 
 @pytest.mark.parametrize("out", ["m.lmdb", "m.h5"])

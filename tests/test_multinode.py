@@ -18,10 +18,10 @@ from test_train_helpers import FAST, Job, free_port, summary, torchrun
 
 from converters import pack
 from feedline import open_dataset
-from feedline.augment import AugmentSpec
-from feedline.choices import Order
-from feedline.errors import ChecksumError
-from feedline.plan import EpochPlan
+from feedline.planning.augment import AugmentSpec
+from feedline.core.choices import Order
+from feedline.core.errors import ChecksumError
+from feedline.planning.plan import EpochPlan
 from feedline.sample import make_photo_folder
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from feedline.config import OutputSpec
+from feedline.core.config import OutputSpec
 from feedline.sources.arena import Arena
 from feedline.sources.normalization import layout_of, normalize_batch
 from feedline.sources.ring import row_format, writes_normalized

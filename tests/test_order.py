@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import oracles
-from feedline.order import batch_count, epoch_order, quasi_random_order, shard
+from feedline.planning.order import batch_count, epoch_order, quasi_random_order, shard
 
 
 def test_permutation_is_a_pure_function_of_seed_and_epoch():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from feedline.order import shard, shard_order
+from feedline.planning.order import shard, shard_order
 
 COUNTS = [10, 7, 13, 10, 9, 11, 12, 8]   # 80 records in 8 shards of unequal sizes
 

@@ -14,7 +14,7 @@ import xxhash
 import feedline
 import helpers_images as imgs
 from converters import PackOptions, PackReport, pack, read_error_report
-from feedline.errors import FeedlineError, PackError, StoreError
+from feedline.core.errors import FeedlineError, PackError, StoreError
 
 SIZES = [(96, 64), (64, 96), (80, 60)]
 

@@ -14,8 +14,8 @@ from pack_helpers import committed, mixed_folder, snapshot
 
 import feedline
 from converters import pack
-from feedline.errors import PackError, StoreError
-from feedline.scan import scan_folder
+from feedline.core.errors import PackError, StoreError
+from feedline.dataset.scan import scan_folder
 
 FORMATS = ["lmdb", "h5"]
 

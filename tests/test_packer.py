@@ -15,7 +15,7 @@ from pack_helpers import Terminal, big, feedline_format, interrupt_at, interrupt
 
 import feedline
 from converters import pack
-from feedline.errors import PackError
+from feedline.core.errors import PackError
 
 
 def test_nothing_packed_counts_the_reasons_and_names_the_first(tmp_path):
@@ -72,7 +72,7 @@ def test_a_pack_reports_what_it_read_and_wrote_and_stamps_its_metadata(mixed, tm
     assert report.bytes_out == sum(len(r) for r in records_of(out))
     assert before <= datetime.datetime.fromisoformat(meta.pop("created")) <= after
     from converters.journal import scan_digest
-    from feedline.scan import scan_folder
+    from feedline.dataset.scan import scan_folder
     assert meta.pop("input_digest") == scan_digest(scan_folder(mixed))
     assert meta == {"format": "feedline", "format_version": 2, "checksum": "xxh3_64", "count": 13,
                     "classes": ["class_000", "class_001"], "source": mixed, "feedline_version": __version__,
@@ -80,7 +80,7 @@ def test_a_pack_reports_what_it_read_and_wrote_and_stamps_its_metadata(mixed, tm
 
 
 def test_a_shuffled_pack_holds_the_records_in_the_seeds_order(mixed, tmp_path):
-    from feedline.scan import scan_folder, shuffled
+    from feedline.dataset.scan import scan_folder, shuffled
     out = str(tmp_path / "s.h5")
     pack(mixed, out, shuffle=3)
     order = [p for p in shuffled(scan_folder(mixed), 3).paths if p not in ("class_000/empty.jpg", "class_001/text.png")]
@@ -146,7 +146,7 @@ def test_a_leftover_unfinished_pack_is_named_when_discarded(mixed, tmp_path, mon
 
 def test_out_made_a_folder_during_the_pack_is_a_write_failure_and_resume_finishes(mixed, tmp_path, monkeypatch):
     import converters.packer as packer
-    from feedline.scan import scan_folder
+    from feedline.dataset.scan import scan_folder
     out = str(tmp_path / "o.lmdb")
     real, last = packer.check_file, scan_folder(mixed).paths[-1]
 
@@ -221,7 +221,7 @@ def test_a_box_wholly_outside_its_image_is_refused_with_the_file_and_row(tmp_pat
 
 
 def test_a_box_partly_outside_is_clipped_counted_and_the_store_verifies(tmp_path):
-    from feedline.verify import verify
+    from feedline.dataset.verify import verify
     rels, out, run = box_pack(tmp_path, lambda k: [[-5, 10, 20, 30, "car"], [10, 10, 5000, 5000, "dog"]][:k % 3])
     report = run()
     assert report.boxes_clipped == 3   # record 1: its one box; record 2: both
@@ -274,7 +274,7 @@ def labels_pack(tmp_path, row_of, num: int = 2):
 
 def test_boxes_on_the_right_and_bottom_edges_are_kept_as_they_are(tmp_path):
     """x1 == width and y1 == height: inside (edges, not pixel centres), not clipped."""
-    from feedline.verify import verify
+    from feedline.dataset.verify import verify
     edge = [[0, 0, 64, 48, "car"], [54, 38, 64, 48, "car"], [63, 0, 64, 1, "car"], [0, 47, 1, 48, "car"]]
     rels, out, run = labels_pack(tmp_path, lambda k: {"boxes": edge if k == 0 else []})
     assert run().boxes_clipped == 0
@@ -304,7 +304,7 @@ def test_a_box_that_starts_on_the_right_or_bottom_edge_has_nothing_inside_and_is
 def test_keypoints_on_the_right_and_bottom_edges_are_kept(tmp_path):
     """A point at x == width or y == height lies on the image's edge: labelled there, it packs
     and verifies; one past the edge not labelled (visible 0) packs too."""
-    from feedline.verify import verify
+    from feedline.dataset.verify import verify
     points = [[64, 48, 2], [64, 0, 1], [0, 48, 2], [0, 0, 2], [70, 50, 0]]
     rels, out, run = labels_pack(tmp_path, lambda k: {"keypoints": points if k == 0 else [[1, 1, 2]] * 5})
     run()

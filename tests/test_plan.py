@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from feedline.augment import AugmentSpec
-from feedline.choices import Order
-from feedline.order import epoch_order, shard_run
-from feedline.plan import EpochPlan, Segment
+from feedline.planning.augment import AugmentSpec
+from feedline.core.choices import Order
+from feedline.planning.order import epoch_order, shard_run
+from feedline.planning.plan import EpochPlan, Segment
 
 SPEC = AugmentSpec(size=(8, 8), train=True)
 

@@ -13,9 +13,9 @@ from position_helpers import (ORDERS, QUASI, RECORDS, make_loader, pack_one_clas
                               uninterrupted)
 
 from feedline import FeedLoader, OrderSpec
-from feedline.choices import Order
-from feedline.plan import EpochPlan, Segment
-from feedline.position import Position, position_from_state
+from feedline.core.choices import Order
+from feedline.planning.plan import EpochPlan, Segment
+from feedline.planning.position import Position, position_from_state
 
 # A loader of 3 ranks, batches of 3, over 10 records, and the states of 4 ranks of batch 2.
 EXPECTED = {"seed": 7, "order": "random", "batch_size": 3, "drop_last": False, "world_size": 3,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from feedline import FeedLoader
-from feedline.errors import WorkerError
+from feedline.core.errors import WorkerError
 
 
 def slow(image, rng):   # holds its record long enough to be killed on it

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import Phase, assume, given, settings, strategies as st
 
 import oracles
-from feedline.augment import AugmentSpec, center_crop, plan, random_resized_crop, uniforms
-from feedline.choices import Order
-from feedline.order import batch_count, epoch_order, quasi_random_order, shard, shard_order
-from feedline.plan import EpochPlan
+from feedline.planning.augment import AugmentSpec, center_crop, plan, random_resized_crop, uniforms
+from feedline.core.choices import Order
+from feedline.planning.order import batch_count, epoch_order, quasi_random_order, shard, shard_order
+from feedline.planning.plan import EpochPlan
 from feedline.sources.substitute import substitute_index, substitute_sample
 
 # The machine is shared and slow: no per-example deadline; a few dozen examples per property.

@@ -14,9 +14,9 @@ from layout_helpers import file_bytes, plan, records, stores  # noqa: F401 (fixt
 
 from feedline import FeedLoader, OrderSpec, open_dataset
 
-from feedline.choices import Order
+from feedline.core.choices import Order
 
-from feedline.plan import EpochPlan
+from feedline.planning.plan import EpochPlan
 
 from feedline.sources.readahead import NoReadAhead, ReadAhead, Schedule, page_aware_sizes, read_ahead
 

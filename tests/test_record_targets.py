@@ -13,8 +13,8 @@ from masks_helpers import mask_folder, packed
 
 from converters import pack
 from feedline import open_dataset
-from feedline.errors import ChecksumError, StoreError
-from feedline.verify import verify
+from feedline.core.errors import ChecksumError, StoreError
+from feedline.dataset.verify import verify
 
 
 def damage_mask(path: str, record: int) -> None:
@@ -22,7 +22,7 @@ def damage_mask(path: str, record: int) -> None:
     with open_dataset(path) as store:
         if store.kind == "lmdb":
             import lmdb
-            from feedline.format import MASK_SUFFIX, image_key
+            from feedline.dataset.format import MASK_SUFFIX, image_key
             store.close()
             env = lmdb.open(path, subdir=False, lock=False)
             with env.begin(write=True) as txn:

@@ -14,8 +14,8 @@ from PIL import Image
 
 import converters
 from feedline import open_dataset
-from feedline.errors import PackError
-from feedline.verify import verify
+from feedline.core.errors import PackError
+from feedline.dataset.verify import verify
 from pack_helpers import committed
 
 W, H = 400, 200   # the file's stored pixels

@@ -6,7 +6,7 @@ twice that many times the output in both directions), resizes the box with its a
 BILINEAR filter (torchvision's Resize on PIL images), and mirrors it. A box of ints is cut out
 first (torchvision's resized_crop; after a DCT reduction, the scaled pixels that cover it);
 a box of floats (the evaluation crop) is a fractional region of the whole image. Boxes come
-from feedline.augment (RandomResizedCrop for training, center crop for evaluation) plus crops
+from feedline.planning.augment (RandomResizedCrop for training, center crop for evaluation) plus crops
 that touch every edge. Images are real photos at odd sizes, gray, 4:2:0 / 4:2:2 / 4:4:4 and
 progressive. The bound: a mean absolute difference under 0.01 in normalized units
 ((x / 255 - mean) / std), about half a grey level, where a one-pixel shift of the crop gives
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from feedline.augment import center_crop, random_resized_crop, uniforms
+from feedline.planning.augment import center_crop, random_resized_crop, uniforms
 from feedline.decoders import get_decoder
 from feedline.decoders.base import Box
 from feedline.sample import make_image, photo_paths
@@ -65,7 +65,7 @@ def photos() -> dict[str, bytes]:
 
 
 def boxes_for(h: int, w: int, out: int, seed: int) -> list[Box]:
-    """Training and evaluation boxes from feedline.augment, then crops at every edge."""
+    """Training and evaluation boxes from feedline.planning.augment, then crops at every edge."""
     train = random_resized_crop([h] * 6, [w] * 6, uniforms(seed, 0, range(6), 22))
     evaluation = center_crop([h], [w], (out, out))
     edges = [(0, 0, h // 2, w // 3), (h - h // 3, w - w // 2, h // 3, w // 2), (0, 0, h, w),

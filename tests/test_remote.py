@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from feedline.errors import StoreError
+from feedline.core.errors import StoreError
 from feedline.stores.remote import RemoteOptions, from_environment, parse_bytes
-from feedline.urls import split_url
+from feedline.dataset.urls import split_url
 
 
 def test_sizes_read_as_people_write_them():

@@ -12,7 +12,7 @@ import pytest
 from test_train_helpers import REPO, subprocess_env
 
 from feedline import FeedLoader
-from feedline.config import OrderSpec
+from feedline.core.config import OrderSpec
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from converters import pack
-from feedline.errors import StoreError
+from feedline.core.errors import StoreError
 from feedline.stores import RemoteOptions, open_dataset
 from feedline.stores.remote import RemoteError
 from tests.remote_helpers import make_bucket, records
@@ -176,7 +176,7 @@ def test_a_hung_server_is_one_error_within_two_request_budgets_and_the_loader_cl
     error is the bucket's (never a bad record to substitute); closing does not wait out the
     requests still in flight."""
     from feedline import FeedLoader
-    from feedline.errors import UnavailableError
+    from feedline.core.errors import UnavailableError
     options = RemoteOptions(tries=2, backoff_s=0.1, timeout_s=2.0, cache_dir=str(tmp_path / "c"))
     budget = options.tries * options.timeout_s
     store = open_dataset(faults_pack, remote=options)

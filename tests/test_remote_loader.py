@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from feedline import FeedLoader
-from feedline.config import OrderSpec
+from feedline.core.config import OrderSpec
 from feedline.stores import RemoteOptions, open_dataset
 
 pytestmark = pytest.mark.s3

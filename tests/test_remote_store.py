@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from feedline.errors import StoreError
+from feedline.core.errors import StoreError
 from feedline.stores import RemoteOptions, is_remote, open_dataset
 from tests.process_helpers import fork_storm
 from tests.remote_helpers import records

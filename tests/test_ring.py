@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from feedline.config import OutputSpec
+from feedline.core.config import OutputSpec
 from feedline.sources import ring as ring_module
 from feedline.sources.fill import SampleSpec
 from feedline.sources.ring import ArenaRing, RingSpec, ring_slots, row_format

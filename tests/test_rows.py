@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from feedline.config import OutputSpec
+from feedline.core.config import OutputSpec
 from feedline.sources.arena import Arena
 from feedline.sources.ring import row_format
 from feedline.sources.rows import RowFormat, RowWriter

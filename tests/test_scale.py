@@ -17,7 +17,7 @@ from bench import cold_cache, scale  # noqa: E402
 from bench.cold_pages import NullDecoder, resident_fraction, warm  # noqa: E402
 from bench.scale_store import CLASSES, jpeg_pool, label_of, path_of, write_store  # noqa: E402
 from feedline import FeedLoader, open_dataset  # noqa: E402
-from feedline.verify import verify  # noqa: E402
+from feedline.dataset.verify import verify  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ import pytest
 
 import feedline
 from converters import pack
-from feedline.errors import FeedlineError
+from feedline.core.errors import FeedlineError
 from feedline.sample import make_photo_folder
-from feedline.scan import scan_folder
+from feedline.dataset.scan import scan_folder
 
 SIZES = [(64, 48)]
 

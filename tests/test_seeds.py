@@ -1,4 +1,4 @@
-"""feedline.seeds: a FeedLoader without seed= draws its seed from torch's global generator, as
+"""feedline.planning.seeds: a FeedLoader without seed= draws its seed from torch's global generator, as
 DataLoader's RandomSampler draws one, records it in state_dict, and a resumed loader takes the
 saved seed; an explicit seed keeps its batches whatever the global generator."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from feedline import FeedLoader, OrderSpec
-from feedline.seeds import draw_seed
+from feedline.planning.seeds import draw_seed
 
 KW = dict(batch_size=8, shuffle=True, train=True, size=16, device="cpu", decoder="opencv", num_workers=0)
 

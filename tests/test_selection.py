@@ -1,4 +1,4 @@
-"""feedline.selection: engine= and decoder= chosen in one place, and the open decoder
+"""feedline.decoders.selection: engine= and decoder= chosen in one place, and the open decoder
 registry: a decoder of the user's own, registered by name, runs a FeedLoader epoch,
 `verify` and `feedline verify`."""
 from __future__ import annotations
@@ -16,13 +16,15 @@ import pytest
 import torch
 from PIL import Image
 
-from feedline import FeedLoader, selection
-from feedline.choices import Engine
+from feedline import FeedLoader
+
+from feedline.decoders import selection
+from feedline.core.choices import Engine
 from feedline.decoders import (Decoder, available_decoders, damage_detection, decoder_names, get_decoder,
                                register_decoder, unregister_decoder)
-from feedline.errors import BackendUnavailable
-from feedline.selection import resolve_engine_and_decoder
-from feedline.verify import verify
+from feedline.core.errors import BackendUnavailable
+from feedline.decoders.selection import resolve_engine_and_decoder
+from feedline.dataset.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -159,7 +161,7 @@ def test_auto_never_falls_back_to_a_decoder_blind_to_damage(packed_lmdb):
         for name in ("simplejpeg", "turbojpeg", "nvidia.nvimgcodec"):
             sys.modules[name] = None   # as if not installed
         from feedline import FeedLoader
-        from feedline.errors import BackendUnavailable
+        from feedline.core.errors import BackendUnavailable
         try:
             FeedLoader({str(packed_lmdb)!r}, batch_size=4, size=32, device="cpu")
         except BackendUnavailable as exc:

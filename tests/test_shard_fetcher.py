@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from feedline.order import SHARD_WINDOW
+from feedline.planning.order import SHARD_WINDOW
 from feedline.stores import RemoteOptions, open_dataset, will_visit
 
 pytestmark = pytest.mark.s3

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from feedline.errors import StoreError
+from feedline.core.errors import StoreError
 from feedline.stores import open_dataset
 from feedline.stores.shard_head import head_bytes, parse_head
 

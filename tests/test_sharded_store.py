@@ -10,7 +10,7 @@ from store_helpers import error_of, part, records, shards, write_index
 from storefiles import write_hdf5, write_lmdb
 
 from feedline import open_dataset
-from feedline.format import checksum
+from feedline.dataset.format import checksum
 from feedline.stores import ShardedStore
 
 

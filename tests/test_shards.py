@@ -14,10 +14,10 @@ from storefiles import make_records, write_hdf5, write_lmdb
 import feedline
 from converters import PackOptions, join_shards, pack
 from converters.options import parse_shard_size
-from feedline.errors import ChecksumError, FeedlineError, PackError, StoreError
-from feedline.format import shard_index, shard_name
+from feedline.core.errors import ChecksumError, FeedlineError, PackError, StoreError
+from feedline.dataset.format import shard_index, shard_name
 from feedline.sample import make_photo_folder
-from feedline.verify import verify
+from feedline.dataset.verify import verify
 
 FORMATS = ["lmdb", "h5"]
 N = 23  # files: not a multiple of the shard counts below

@@ -13,8 +13,8 @@ from pack_helpers import interrupt_at
 from test_shards import N, records
 
 from converters import pack
-from feedline.errors import PackError
-from feedline.format import shard_index, shard_name
+from feedline.core.errors import PackError
+from feedline.dataset.format import shard_index, shard_name
 from feedline.sample import make_photo_folder
 
 FIRST = dict(num_shards=3, commit_every=2, jobs=1)   # shard 0: files 0-6, shard 1: 7-14, shard 2: 15-22

@@ -1,4 +1,4 @@
-"""feedline.show and `feedline show STORE`: one batch as the loader delivers it, as a PNG grid
+"""feedline.dataset.show and `feedline show STORE`: one batch as the loader delivers it, as a PNG grid
 with its targets drawn. Tried on real packed stores: the picture has the grid's size, its
 images are the delivered pixels un-normalized, and a box's outline lies where the box is."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from PIL import Image
 from feedline import FeedLoader
 from feedline.cli import main as cli_main
 from feedline.cli.show import ShowConfig
-from feedline.show import PALETTE, Grid, caption, pixels
+from feedline.dataset.show import PALETTE, Grid, caption, pixels
 from feedline.train.recipe import sample_transforms
 
 
@@ -106,7 +106,7 @@ def test_recipe_flags_need_train_and_a_batch_past_the_epoch_is_refused(packed_lm
 def test_a_masks_classes_are_blended_over_their_pixels(tmp_path):
     """Each class but 0 takes MASK_ALPHA / 255 of its colour over the image, 255 (ignored) grey;
     drawn on a flat gray image, a pixel of class k is gray + alpha * (colour - gray)."""
-    from feedline.show import IGNORED, MASK_ALPHA, batch_picture
+    from feedline.dataset.show import IGNORED, MASK_ALPHA, batch_picture
     images = torch.full((1, 3, 8, 8), 100, dtype=torch.uint8)
     mask = torch.zeros(1, 8, 8, dtype=torch.int64)
     mask[0, :4, :4], mask[0, 4:, 4:] = 3, 255

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from feedline import FeedLoader
-from feedline.size_schedule import ProgressiveSize
+from feedline.planning.size_schedule import ProgressiveSize
 
 
 @pytest.mark.parametrize("start_epoch", [0, 2, 7])

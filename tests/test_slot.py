@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from feedline.plan import BatchPlan
+from feedline.planning.plan import BatchPlan
 from feedline.sources.slot import Slot, made_slot
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from feedline import FeedLoader
-from feedline.config import TransformSpec
+from feedline.core.config import TransformSpec
 from feedline.sources.finisher import Filled, HostFinisher
 from feedline.transforms import ColorJitter, Mixup
 
@@ -25,7 +25,7 @@ def test_the_engine_and_its_finisher_share_what_was_built_once(packed_lmdb):
 
 def test_the_cpu_engine_needs_the_decoder_chosen_for_it(packed_lmdb):
     from feedline import open_dataset
-    from feedline.config import LoaderConfig, OutputSpec
+    from feedline.core.config import LoaderConfig, OutputSpec
     from feedline.sources import make_source
     with pytest.raises(ValueError, match="the CPU engine needs its Decoder"):
         make_source(open_dataset(str(packed_lmdb)), LoaderConfig(output=OutputSpec(device="cpu")))

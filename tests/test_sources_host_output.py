@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from feedline import FeedLoader, OrderSpec, OutputSpec
-from feedline.plan import EpochPlan
+from feedline.planning.plan import EpochPlan
 
 KW = dict(batch_size=8, size=32, num_workers=2, device="cpu", decoder="opencv", shuffle=True, seed=5)
 

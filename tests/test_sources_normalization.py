@@ -7,7 +7,7 @@ import torch
 
 import feedline
 from feedline import FeedLoader, TransformSpec
-from feedline.config import IMAGENET_MEAN, IMAGENET_STD
+from feedline.core.config import IMAGENET_MEAN, IMAGENET_STD
 
 KW = dict(batch_size=8, train=False, size=32, device="cpu", decoder="opencv", num_workers=1)
 LOW = (torch.tensor(0.0) - torch.tensor(IMAGENET_MEAN)) / torch.tensor(IMAGENET_STD)   # level 0, per channel

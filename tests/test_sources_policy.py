@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from feedline import open_dataset
-from feedline.augment import AugmentSpec
-from feedline.choices import OnError, Order
-from feedline.errors import ChecksumError, DecodeError
-from feedline.ledger import BadRecordLedger
-from feedline.plan import EpochPlan
+from feedline.planning.augment import AugmentSpec
+from feedline.core.choices import OnError, Order
+from feedline.core.errors import ChecksumError, DecodeError
+from feedline.core.ledger import BadRecordLedger
+from feedline.planning.plan import EpochPlan
 from feedline.sources.policy import BadRecordPolicy
 from feedline.sources.substitute import MAX_ATTEMPTS, substitute_sample
 

@@ -6,7 +6,7 @@ import pytest
 from storefiles import make_records, write_lmdb
 
 from feedline import FeedLoader
-from feedline.errors import DecodeError
+from feedline.core.errors import DecodeError
 
 
 @pytest.mark.parametrize("damage", ["missing", "garbage"])

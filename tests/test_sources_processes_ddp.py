@@ -12,7 +12,7 @@ import torch
 from test_train_helpers import REPO, Job
 
 from feedline import FeedLoader, OrderSpec
-from feedline.config import usable_cores
+from feedline.core.config import usable_cores
 from engines_rank import OPTIONS
 
 pytestmark = pytest.mark.slow

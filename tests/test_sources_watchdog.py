@@ -15,7 +15,7 @@ import pytest
 from storefiles import make_records, write_lmdb
 
 from feedline import FeedLoader
-from feedline.errors import WorkerError
+from feedline.core.errors import WorkerError
 from feedline.sources import watchdog
 from test_process_workers import alive
 

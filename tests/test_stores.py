@@ -14,7 +14,7 @@ from process_helpers import in_child
 from storefiles import WRITERS, make_records, write_hdf5, write_lmdb
 
 from feedline import StoreError, open_dataset
-from feedline.format import FORMAT_VERSION, LMDB_IMAGE_PREFIX
+from feedline.dataset.format import FORMAT_VERSION, LMDB_IMAGE_PREFIX
 from feedline.sample import make_photo_folder
 
 KINDS = ("lmdb", "hdf5")

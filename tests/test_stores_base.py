@@ -11,8 +11,8 @@ from store_helpers import error_of, part, records
 from storefiles import Records, write_hdf5, write_lmdb
 
 from feedline import open_dataset
-from feedline.errors import ChecksumError
-from feedline.format import LMDB_COLUMN_PREFIX, checksum
+from feedline.core.errors import ChecksumError
+from feedline.dataset.format import LMDB_COLUMN_PREFIX, checksum
 from feedline.stores import Store
 
 

@@ -84,19 +84,13 @@ def test_no_import_circles():
 # ones below, never one above. Shared definitions (errors, choices, config, plan, stats) sit
 # at the bottom with the formats.
 LAYERS = [
-    ("definitions", ["feedline.errors", "feedline.choices", "feedline.format", "feedline.durable",
-                     "feedline.augment", "feedline.order", "feedline.plan", "feedline.ledger",
-                     "feedline.stats", "feedline.config", "feedline.scan", "feedline.labels_csv",
-                     "feedline.labels_jsonl", "feedline.labels_file", "feedline.targets", "feedline.boxes",
-                     "feedline.target_stats", "feedline.fields", "feedline.mask_codec", "feedline.mask_sampling",
-                     "feedline.sample", "feedline.flags", "feedline.unwritable", "feedline.size_schedule",
-                     "feedline.urls"]),
-    ("stores and decoders", ["feedline.stores", "feedline.decoders", "feedline.selection"]),
+    ("definitions", ["feedline.core", "feedline.planning", "feedline.dataset", "feedline.fields", "feedline.sample"]),
+    ("stores and decoders", ["feedline.stores", "feedline.decoders"]),
     ("transforms", ["feedline.transforms"]),
-    ("converters and tools", ["converters", "feedline.verify", "feedline.describe", "feedline.show"]),
+    ("converters and tools", ["converters", "feedline.dataset.verify", "feedline.dataset.describe",
+                              "feedline.dataset.show"]),
     ("sources", ["feedline.sources"]),
-    ("loader", ["feedline.loader", "feedline.position", "feedline.keywords", "feedline.seeds",
-                "feedline.loader_surface"]),
+    ("loader", ["feedline.loading"]),
     ("trainer", ["feedline.train"]),
     ("cli", ["feedline.cli", "feedline.__main__"]),
 ]
@@ -122,7 +116,7 @@ def test_layers_import_only_downwards():
     assert [m for m in known if layer_of(m) is None] == ["feedline"]  # every module has a layer
 
 
-SELECTION = "feedline.selection"
+SELECTION = "feedline.decoders.selection"
 ENGINE_NAMES = {"dali", "gpu", "threads"}
 
 
@@ -150,7 +144,7 @@ def choice_points(name: str, path: Path) -> list[str]:
 
 def test_engine_and_decoder_are_chosen_in_one_module():
     """Issue 19: the engine and decoder choices were resolved in five places; now only
-    feedline.selection builds decoders by name, resolves "auto" and knows the engines' names
+    feedline.decoders.selection builds decoders by name, resolves "auto" and knows the engines' names
     (others dispatch on the resolved Engine)."""
     known = modules()
     assert choice_points(SELECTION, known[SELECTION])   # the checker sees the one place

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import oracles
-from feedline.augment import AugmentSpec, plan
+from feedline.planning.augment import AugmentSpec, plan
 from feedline.sources.substitute import substitute_index, substitute_sample
 
 

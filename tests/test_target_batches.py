@@ -26,7 +26,7 @@ def test_a_label_only_store_gets_its_labels_and_no_targets(packed_lmdb):
     import numpy as np
     import torch
     from feedline import open_dataset
-    from feedline.plan import BatchPlan
+    from feedline.planning.plan import BatchPlan
     from feedline.sources.slot import Slot
     from feedline.sources.target_batches import batch_targets, plan_targets, substitute_targets, target_spec
     store = open_dataset(str(packed_lmdb))

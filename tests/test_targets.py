@@ -13,12 +13,12 @@ from storefiles import WRITERS, make_records
 
 import feedline
 from converters import join_shards, pack
-from feedline.describe import describe, format_info
-from feedline.errors import StoreError
-from feedline.format import LMDB_COLUMN_PREFIX, LMDB_META_KEY
+from feedline.dataset.describe import describe, format_info
+from feedline.core.errors import StoreError
+from feedline.dataset.format import LMDB_COLUMN_PREFIX, LMDB_META_KEY
 from feedline.sample import make_photo_folder
-from feedline.targets import TargetColumns
-from feedline.verify import verify
+from feedline.dataset.targets import TargetColumns
+from feedline.dataset.verify import verify
 
 CLASSES = ["cat", "dog", "emu"]
 

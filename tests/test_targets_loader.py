@@ -71,7 +71,7 @@ def test_every_field_reaches_the_batch_with_its_own_records_crop(packed, kind):
 
 def test_boxes_follow_a_size_schedule_in_each_epochs_pixels(packed):
     """The ring is reallocated per size; the boxes are in that epoch's output pixels."""
-    from feedline.size_schedule import ProgressiveSize
+    from feedline.planning.size_schedule import ProgressiveSize
     kw = {**KW, "size": ProgressiveSize(32, 64, ramp_epochs=2, step=16)}
     with FeedLoader(packed["lmdb"], shuffle=True, train=True, seed=4, **kw) as loader:
         for epoch in (0, 1, 2):
@@ -248,7 +248,7 @@ def test_cuda_engines_follow_a_size_schedule_with_the_cpu_targets(packed, engine
     reallocated per size, the GPU engine crops to it; the boxes are in each epoch's pixels."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    from feedline.size_schedule import ProgressiveSize
+    from feedline.planning.size_schedule import ProgressiveSize
     ramp = {**KW, "shuffle": True, "seed": 2, "size": ProgressiveSize(32, 64, ramp_epochs=2, step=16)}
     kw = {**ramp, "device": "cuda", "decoder": "pil" if engine == "threads" else "auto"}
     with FeedLoader(packed["lmdb"], **ramp) as cpu, FeedLoader(packed["lmdb"], engine=engine, **kw) as gpu:

@@ -10,7 +10,7 @@ import pytest
 from engine_helpers import make_workers
 
 from feedline import FeedLoader, open_dataset
-from feedline.errors import WorkerError
+from feedline.core.errors import WorkerError
 
 
 def test_the_threads_are_named_daemons_joined_by_close(packed_lmdb):

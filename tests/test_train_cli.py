@@ -12,8 +12,8 @@ from enum import Enum
 import pytest
 from test_train_helpers import FAST, REPO, events, pack, subprocess_env, two_class_folder
 
-from feedline.choices import Choice, Engine, OnError, Order
-from feedline.flags import add_dataclass_arguments, config_from_args
+from feedline.core.choices import Choice, Engine, OnError, Order
+from feedline.core.flags import add_dataclass_arguments, config_from_args
 from feedline.train import TrainConfig, TrainError
 from feedline.train.choices import Arch, Autocast, parse_device
 from feedline.train.command import add_arguments

@@ -13,7 +13,7 @@ import torch
 from test_train_helpers import FAST, events, pack, run, two_class_folder
 
 from feedline.cli import main as cli_main
-from feedline.flags import add_dataclass_arguments, config_from_args
+from feedline.core.flags import add_dataclass_arguments, config_from_args
 from feedline.train.config import TrainConfig
 from feedline.train.ema import ModelEma
 from feedline.train.lamb import Lamb

@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from test_train_helpers import FAST, events, one_line_error, pack, run, summary, two_class_folder
 
-from feedline.size_schedule import ProgressiveSize
-from feedline.augment import AugmentSpec
+from feedline.planning.size_schedule import ProgressiveSize
+from feedline.planning.augment import AugmentSpec
 from feedline.train.config import TrainConfig
 from feedline.train.recipe import loader_options
 from feedline.train.task import CLASSIFY, FieldLoss

@@ -14,8 +14,8 @@ from feedline.transforms import ColorJitter, GaussianBlur, Mixup, RandAugment, R
 def test_the_cuda_split_computes_what_the_host_computes(packed_lmdb):
     """The functions the CUDA path runs (host part on the decode threads, the rest batched
     with on_device, then normalize and mix), here on CPU tensors, against the CPU path."""
-    from feedline.config import OutputSpec, TransformSpec
-    from feedline.plan import EpochPlan
+    from feedline.core.config import OutputSpec, TransformSpec
+    from feedline.planning.plan import EpochPlan
     from feedline.sources.transforming import Transforming
 
     def invert(image, rng):
@@ -46,8 +46,8 @@ def test_mixers_check_int_labels_on_a_device_and_pass_multi_hot_ones():
     int labels only: a multi-label store's column is -1 (no `label` field), and its multi-hot
     targets must pass; an int `label` entry of a dict out of range is refused by name. The
     meta device stands in for CUDA: its values cannot be read back, as a CUDA stream's."""
-    from feedline.config import TransformSpec
-    from feedline.plan import BatchPlan
+    from feedline.core.config import TransformSpec
+    from feedline.planning.plan import BatchPlan
     from feedline.sources.transforming import Transforming
 
     t = Transforming(TransformSpec((), (Mixup(1.0, 1.0),)), 5, 4, batched_on_device=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 
-from feedline.augment import AugmentSpec, plan
+from feedline.planning.augment import AugmentSpec, plan
 from feedline.transforms import (ColorJitter, GaussianBlur, RandAugment, RandomErasing, RandomGrayscale, SampleTransforms,
                                  TrivialAugmentWide)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import oracles_transforms as oracle
-from feedline.augment import uniforms
+from feedline.planning.augment import uniforms
 from feedline.transforms import BatchTransforms, SampleTransforms, TimmRandomErasing
 from feedline.transforms.base import TransformError
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from feedline.cli import main
-from feedline.unwritable import unwritable_line
+from feedline.dataset.unwritable import unwritable_line
 from feedline.sample import make_photo_folder
 
 ROOT = Path(__file__).resolve().parents[1]

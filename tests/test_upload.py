@@ -8,7 +8,7 @@ import pytest
 
 import converters.upload as upload
 from converters import pack
-from feedline.errors import FeedlineError, PackError
+from feedline.core.errors import FeedlineError, PackError
 from feedline.stores import open_dataset
 from tests.remote_helpers import make_bucket, records
 

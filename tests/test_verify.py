@@ -1,4 +1,4 @@
-"""`feedline verify` (feedline/verify.py), as documented: its exact summaries and JSON, a Store,
+"""`feedline verify` (feedline/dataset/verify.py), as documented: its exact summaries and JSON, a Store,
 a list or a glob of shards given to it, the failed result of a data set that will not open, a
 decoder instance used as it is (and what its failures and wrong shapes become), decoders without
 a strict mode, the default thread count, and files of more chunks than the threads keep in flight
@@ -22,9 +22,9 @@ import feedline
 from converters import PackOptions, pack
 from feedline import cli
 from feedline.decoders.base import Decoder
-from feedline.errors import DecodeError, FeedlineError, StoreError
+from feedline.core.errors import DecodeError, FeedlineError, StoreError
 from feedline.sample import make_photo_folder
-from feedline.verify import CHUNK, Problem, strict_decoder, verify
+from feedline.dataset.verify import CHUNK, Problem, strict_decoder, verify
 
 N_MANY = 300   # five chunks of CHUNK=64: more than one thread keeps in flight (4 per thread)
 RESULT_KEYS = {"filename", "kind", "ok", "count", "decoded", "checksummed", "has_checksums", "mode", "decoder",
@@ -210,12 +210,12 @@ def test_default_jobs_is_the_usable_cores_or_the_core_count_where_affinity_is_un
 # -- decoders ------------------------------------------------------------------------------------
 
 def test_a_decoder_without_a_strict_mode_is_used_and_said_so(clean, caplog):
-    caplog.set_level(logging.INFO, logger="feedline.selection")
+    caplog.set_level(logging.INFO, logger="feedline.decoders.selection")
     assert strict_decoder("auto").strict is True
     assert not [r for r in caplog.records if "strict" in r.getMessage()]
     result = verify(clean, decoder="opencv", jobs=1)
     assert result.ok and result.decoder == "opencv" and result.decoded == 12
-    said = [r.getMessage() for r in caplog.records if r.name == "feedline.selection"]
+    said = [r.getMessage() for r in caplog.records if r.name == "feedline.decoders.selection"]
     assert said == ["decoder 'opencv' has no strict mode: damaged image data may pass as decoded"]
 
 
@@ -278,7 +278,7 @@ def _with_targets(tmp_path, fields: dict, columns: dict[str, np.ndarray]) -> str
     written over with ``columns`` (values pack itself refuses or clips), as damage would."""
     import lmdb
 
-    from feedline.format import LMDB_COLUMN_PREFIX
+    from feedline.dataset.format import LMDB_COLUMN_PREFIX
     src = tmp_path / "src"
     make_photo_folder(str(src), n=2, classes=1, seed=4, sizes=[(64, 48)])
     rels = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.jpg"))

@@ -9,7 +9,7 @@ import tarfile
 import pytest
 
 from converters import pack
-from feedline.errors import FeedlineError, PackError
+from feedline.core.errors import FeedlineError, PackError
 from feedline.stores import open_dataset
 
 

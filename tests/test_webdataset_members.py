@@ -12,7 +12,7 @@ import pytest
 from test_webdataset import add, packed, photos, tar_of
 
 from converters import pack
-from feedline.errors import FeedlineError
+from feedline.core.errors import FeedlineError
 
 
 def test_members_that_are_no_samples_part_are_passed_over(photo_folder, tmp_path, caplog):

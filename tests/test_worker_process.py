@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from feedline import FeedLoader
-from feedline.errors import ChecksumError, WorkerRaised
+from feedline.core.errors import ChecksumError, WorkerRaised
 from feedline.sources.fill import ChunkDone, Failure, Substituted
 from feedline.sources.worker_process import crossing, portable_error
 

@@ -11,7 +11,7 @@ import pytest
 from pack_helpers import interrupt_at, mixed, records_of  # noqa: F401  (mixed: a module fixture)
 
 from converters import pack
-from feedline.errors import PackError
+from feedline.core.errors import PackError
 
 
 @pytest.mark.parametrize("first, then", [("lmdb", "hdf5"), ("hdf5", "lmdb")])

@@ -32,7 +32,7 @@ BACKENDS = ("HW_GPU_ONLY", "GPU_ONLY")
 def batches_of(args):
     """(original records, their grid transcodes, RandomResizedCrop boxes), --images of them."""
     from converters.libjpeg_transcode import TranscodeError, transcode_to_grid
-    from feedline.augment import random_resized_crop, uniforms
+    from feedline.planning.augment import random_resized_crop, uniforms
     from feedline.stores import open_dataset
     originals, grids, sizes = [], [], []
     with open_dataset(args.data) as store:

@@ -26,9 +26,9 @@ from bench.gpu import common  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from feedline.config import OutputSpec  # noqa: E402
+from feedline.core.config import OutputSpec  # noqa: E402
 from feedline.sources.normalization import normalize_batch  # noqa: E402
-from feedline.plan import BatchPlan  # noqa: E402
+from feedline.planning.plan import BatchPlan  # noqa: E402
 from feedline.sources.cuda_finisher import CudaFinisher  # noqa: E402
 from feedline.sources.slot import Slot  # noqa: E402
 

@@ -19,8 +19,8 @@ import logging
 import os
 import sys
 
-from ..errors import FeedlineError
-from ..flags import parse_with_hints
+from ..core.errors import FeedlineError
+from ..core.flags import parse_with_hints
 
 # name -> the one line `feedline --help` shows; the parser itself lives in cli/NAME.py.
 COMMANDS = {

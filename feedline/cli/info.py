@@ -18,7 +18,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import json
 
-    from ..describe import describe, format_info
+    from ..dataset.describe import describe, format_info
     info = describe(args.dataset)
     if args.json:
         print(json.dumps(info.to_dict(), indent=2))

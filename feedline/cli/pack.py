@@ -128,8 +128,8 @@ def run(args) -> int:
     from converters import PackOptions, join_shards, pack
     from converters.options import parse_flip_pairs, parse_shard_size
 
-    from ..errors import FeedlineError
-    from ..unwritable import writing_to
+    from ..core.errors import FeedlineError
+    from ..dataset.unwritable import writing_to
     if args.join:
         if args.src is None or args.out is not None:
             raise FeedlineError("--join takes OUT alone: feedline pack --join OUT.lmdb")
@@ -148,7 +148,7 @@ def run(args) -> int:
                           shard_index=args.shard_index, shuffle=args.shuffle, layout=args.layout,
                           labels_frame=args.labels_frame,
                           flip_pairs=parse_flip_pairs(args.flip_pairs) if args.flip_pairs else None, **sharding)
-    from ..urls import url_scheme
+    from ..dataset.urls import url_scheme
     if url_scheme(args.out):   # a bucket: nothing local to check (pack refuses a scheme it does not write)
         report = pack(args.src, args.out, options)
     else:

@@ -24,9 +24,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..errors import FeedlineError
+    from ..core.errors import FeedlineError
     from ..sample import make_photo_folder
-    from ..unwritable import writing_to
+    from ..dataset.unwritable import writing_to
     if args.n < 1:
         raise FeedlineError(f"-n {args.n}: a sample needs at least one image")
     if args.classes < 1:
@@ -45,7 +45,7 @@ def run(args) -> int:
 
 
 def _check_out(out: str, merge: bool) -> None:
-    from ..errors import FeedlineError
+    from ..core.errors import FeedlineError
     if os.path.exists(out) and not os.path.isdir(out):
         raise FeedlineError(f"{out} is a file; name a folder to write the sample into")
     if os.path.isdir(out) and os.listdir(out) and not merge:

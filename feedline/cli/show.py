@@ -1,5 +1,5 @@
 """`feedline show STORE`: one batch as the loader delivers it, written as a PNG grid with its
-targets drawn (feedline/show.py). The loader's options are FeedLoader's (--train, --size,
+targets drawn (feedline/dataset/show.py). The loader's options are FeedLoader's (--train, --size,
 --batch-size, --seed, --epoch) and the trainer's recipe flags with timm's names (--aa,
 --color-jitter, --reprob, --mixup, --cutmix, ...), so the picture is the trainer's batch."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..errors import FeedlineError
-from ..flags import add_dataclass_arguments, config_from_args
+from ..core.errors import FeedlineError
+from ..core.flags import add_dataclass_arguments, config_from_args
 from ..train.errors import TrainError
 from ..train.recipe_options import RecipeOptions
 
@@ -71,7 +71,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     cfg = config_from_args(ShowConfig, args)
-    from ..show import batch_picture
+    from ..dataset.show import batch_picture
     images, targets, store, output = one_batch(cfg)
     picture = batch_picture(images, targets, fields=store.fields, class_lists=store.class_lists,
                             mean=output.mean, std=output.std, columns=cfg.columns, annotate=cfg.annotate)
@@ -85,7 +85,7 @@ def one_batch(cfg: ShowConfig):
     """Batch ``cfg.batch`` of epoch ``cfg.epoch``, on the CPU: (images, targets, store, OutputSpec)."""
     import itertools
 
-    from ..loader import FeedLoader
+    from ..loading.loader import FeedLoader
     from ..stores import open_dataset
     from ..train.recipe import loader_options
     store = open_dataset(cfg.store)

@@ -44,8 +44,8 @@ def run(args) -> int:
     from tqdm import tqdm
 
     from ..decoders.registry import registration
-    from ..errors import FeedlineError
-    from ..verify import VerifyMode, verify
+    from ..core.errors import FeedlineError
+    from ..dataset.verify import VerifyMode, verify
     if args.decoder != "auto":
         try:
             registration(args.decoder)

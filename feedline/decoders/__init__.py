@@ -2,7 +2,7 @@
 
 ``get_decoder(name, **options)`` builds one: a registered name (nvimgcodec, turbojpeg,
 simplejpeg, opencv, pil, or one of your own) or "auto" (the best strict one present,
-as feedline.selection decides); ``register_decoder(name, factory)`` adds your own;
+as feedline.decoders.selection decides); ``register_decoder(name, factory)`` adds your own;
 ``decoder_names()`` lists them; ``available_decoders()`` says which work here, and how
 to install the others; ``damage_detection(name)`` what one does with damaged JPEG data.
 Importing this package imports no backend library, nor numpy.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import BackendUnavailable
+from ..core.errors import BackendUnavailable
 from .registry import missing_library_reason, names, register_decoder, registration, unregister_decoder
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ def get_decoder(name: str, **options) -> Decoder:
     """A new per-image decoder. ``options`` go to the backend's constructor (e.g.
     ``fast_dct=True``, or ``strict=False`` for nvimgcodec and turbojpeg). Raises
     BackendUnavailable, naming what to install, when the backend's library is missing."""
-    from ..selection import decoder_by_name
+    from .selection import decoder_by_name
     return decoder_by_name(name, **options)
 
 

@@ -6,7 +6,7 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
-from ..errors import DecodeError
+from ..core.errors import DecodeError
 from .resample import check_region, resample_into, span
 
 # The DCT-domain reductions worth taking: libjpeg-turbo has SIMD code for these

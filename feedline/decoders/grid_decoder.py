@@ -16,7 +16,7 @@ import logging
 
 import numpy as np
 
-from ..errors import DecodeError
+from ..core.errors import DecodeError
 from .base import Box, Decoder, cuts_out, source_region
 from .jpeg_grid import is_grid_store, parse_grid, splice_crop
 from .resample import check_region

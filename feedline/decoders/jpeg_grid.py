@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import DecodeError
+from ..core.errors import DecodeError
 from .base import Box
 
 _SOF_SEQUENTIAL = (0xC0, 0xC1)          # baseline, extended sequential Huffman

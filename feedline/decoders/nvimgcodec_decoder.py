@@ -5,7 +5,7 @@ import logging
 
 import numpy as np
 
-from ..errors import BackendUnavailable, DecodeError
+from ..core.errors import BackendUnavailable, DecodeError
 from .base import Box, Decoder, choose_scale, cuts_out, is_jpeg, resize_scaled_into, source_region
 from .resample import check_region
 from .nvimgcodec_library import ThreadDecoders, load_nvimgcodec

@@ -5,7 +5,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from ..errors import DecodeError
+from ..core.errors import DecodeError
 from .base import JPEG_SCALES, Box, Decoder, choose_scale, is_jpeg, resize_scaled_into
 
 # EXIF orientation is ignored, as libjpeg-turbo and PIL's plain decode do, so every

@@ -6,7 +6,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from ..errors import DecodeError
+from ..core.errors import DecodeError
 from .base import JPEG_SCALES, Box, Decoder, choose_scale, resize_scaled_into
 
 # What PIL raises for data it cannot read: UnidentifiedImageError and truncation

@@ -6,7 +6,7 @@ user's decoder; so do installed packages that declare a ``feedline.decoders`` en
 point (``name = "package.module:Factory"``), which is how ``feedline verify --decoder
 NAME`` and the bench scripts find a decoder registered outside their process.
 
-Which decoder ``"auto"`` means is not decided here: that is feedline.selection's job.
+Which decoder ``"auto"`` means is not decided here: that is feedline.decoders.selection's job.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import BackendUnavailable
+from ..core.errors import BackendUnavailable
 
 if TYPE_CHECKING:
     from .base import Decoder

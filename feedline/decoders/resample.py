@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import DecodeError
+from ..core.errors import DecodeError
 
 _GRID = 1e-7         # an edge this close (relative) to a grid point is on it
 _NUDGE = 1 + 1e-12   # torch's output size is floor(input x factor): never one short through rounding

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import simplejpeg
 
-from ..errors import DecodeError
+from ..core.errors import DecodeError
 from . import jpeg_warnings
 from .base import Box, Decoder, choose_scale, is_jpeg, resize_scaled_into
 

@@ -10,7 +10,7 @@ from ctypes import POINTER, byref, c_char_p, c_int, c_ulong, c_void_p
 import numpy as np
 import turbojpeg
 
-from ..errors import BackendUnavailable, DecodeError
+from ..core.errors import BackendUnavailable, DecodeError
 from . import jpeg_warnings
 from .base import JPEG_SCALES, Box, Decoder, choose_scale, is_jpeg, resize_scaled_into
 

@@ -1,6 +1,6 @@
 """``boxes``: boxes in source pixels, ``box_offsets`` int64[n + 1], ``box_coords`` float32[m * 4]
 (x0, y0, x1, y1) and ``box_classes`` int32[m]; spec ``{"max": most boxes of one record}``;
-JSON Lines only. In a batch, in output pixels (`feedline.boxes`): boxes float32 (B, M, 4),
+JSON Lines only. In a batch, in output pixels (`feedline.dataset.box_geometry`): boxes float32 (B, M, 4),
 box_classes int64 (B, M) (-1 where padding), box_counts int64 (B,). A box with no area, or
 wholly outside its image, is refused at pack time and by verify; one partly outside is
 clipped to its image at pack time; one on an edge (x0 == width) has no area inside: it is
@@ -76,7 +76,7 @@ class Boxes(Field):
     def fill(self, a, idx, out, n, geometry):
         if geometry is None:
             raise ValueError("boxes follow the crop: fill needs crops, flips and size")
-        from ..boxes import boxes_to_batch   # numpy at its top: not for a pack's metadata
+        from ..dataset.box_geometry import boxes_to_batch   # numpy at its top: not for a pack's metadata
         k = len(idx)
         pos, offsets = segments(a["box_offsets"], idx)
         boxes_to_batch(a["box_coords"].reshape(-1, 4)[pos], a["box_classes"][pos], offsets, geometry.crops,

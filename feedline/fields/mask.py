@@ -1,14 +1,14 @@
 """``mask``: a segmentation mask per record, class indices per pixel. In a labels file, the path
 of a single-channel PNG (8- or 16-bit; a palette PNG's indices), relative to the image folder,
 the size of its image (in the frame ``--labels-frame`` says, as boxes). Packed beside the
-image, losslessly (`feedline.mask_codec`), checked at pack time; stored column
+image, losslessly (`feedline.dataset.mask_codec`), checked at pack time; stored column
 ``mask_checksums`` uint64[n] (each stored mask's xxh3_64, checked on every read); spec
 ``{"codec": "deflate-rows", "bits": 8 or 16, "values": the distinct values of all masks}``
 (an image folder read as it is: ``{"codec": "png"}``).
 
 In a batch: (B, H, W) in output pixels, int64 unless ``OutputSpec(mask_dtype=...)`` asks for
 uint8, int16 or int32. The workers make it with the pixels (``per_pixel``), through the same
-crop, resize and flip with nearest sampling (`feedline.mask_sampling`) and every geometric
+crop, resize and flip with nearest sampling (`feedline.dataset.mask_sampling`) and every geometric
 per-sample op on the same index maps; areas outside the image, erased or cut out are
 ``AugmentSpec(ignore_index=255)``. A mixer that blends (MixUp) is refused: a class cannot be
 half one and half another; CutMix pastes the partner's mask with its pixels."""
@@ -19,7 +19,7 @@ import posixpath
 from .base import BLENDING, Field, FieldsError
 from .lazy_numpy import np
 
-STORED_CODEC = "deflate-rows"   # how a pack stores masks (`feedline.mask_codec`)
+STORED_CODEC = "deflate-rows"   # how a pack stores masks (`feedline.dataset.mask_codec`)
 CODECS = (STORED_CODEC, "png")
 
 

@@ -1,6 +1,6 @@
 """Batch sources: what turns an epoch's sample plans into finished batches.
 
-Which source (engine=) and which decoder are chosen in feedline.selection; make_source
+Which source (engine=) and which decoder are chosen in feedline.decoders.selection; make_source
 builds the chosen engine and, once, each part it is handed, with only what that part
 needs: the sample path's setup (SampleSpec: reader, decoder, per-sample transforms), the
 ring's shape (RingSpec), the output (OutputSpec, for the rows and the Finisher), the
@@ -21,11 +21,11 @@ from typing import Iterator, Protocol
 
 import torch
 
-from ..choices import Engine
-from ..config import LoaderConfig
+from ..core.choices import Engine
+from ..core.config import LoaderConfig
 from ..decoders.base import Decoder
-from ..plan import EpochPlan
-from ..stats import LoaderStats
+from ..planning.plan import EpochPlan
+from ..core.stats import LoaderStats
 from .fill import SampleSpec
 from .finisher import Filled, HostFinisher
 from .policy import BadRecords
@@ -48,7 +48,7 @@ class BatchSource(Protocol):
 
 def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> BatchSource:
     """The source for ``config.engine`` (already resolved: never "auto"), with its parts
-    built once. ``decoder``: the CPU engine's Decoder, chosen by feedline.selection. A
+    built once. ``decoder``: the CPU engine's Decoder, chosen by feedline.decoders.selection. A
     MemoryError first when its buffers cannot fit (at the largest size of a schedule)."""
     c, output = config, config.output
     t = transforming(store, c.transforms, c.seed, output.on_cuda, c.augment.ignore_index)
@@ -75,7 +75,7 @@ def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> 
         return GpuDecodeBatches(store, c.num_workers, c.prefetch, targets, bad, finisher,
                                 crop_streams(store, output, c.region_decode), masks)
     if decoder is None:
-        raise ValueError("the CPU engine needs its Decoder (feedline.selection.resolve_engine_and_decoder)")
+        raise ValueError("the CPU engine needs its Decoder (feedline.decoders.selection.resolve_engine_and_decoder)")
     from .cpu_engine import CpuBatches
     sample = SampleSpec(store, decoder, t.host if t is not None and t.per_sample else None, c.seed, bad.substitutes,
                         masks)

@@ -16,8 +16,8 @@ from typing import Iterator
 
 import torch
 
-from ..plan import EpochPlan
-from ..stats import LoaderStats
+from ..planning.plan import EpochPlan
+from ..core.stats import LoaderStats
 from .dispatch import ChunkQueue
 from .feed import Feed
 from .policy import BadRecords

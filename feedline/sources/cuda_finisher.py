@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import OutputSpec
+from ..core.config import OutputSpec
 from .finisher import Filled, Finished, finish_batch
 from .slot import Slot
 from .target_batches import TargetSpec, batch_targets, each_tensor, to_device

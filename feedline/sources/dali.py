@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 from ..decoders.base import whole_pixel_boxes
-from ..errors import DecodeError
-from ..plan import BatchPlan, EpochPlan
-from ..stats import LoaderStats
+from ..core.errors import DecodeError
+from ..planning.plan import BatchPlan, EpochPlan
+from ..core.stats import LoaderStats
 from .dali_graph import PipelineSpec, build_pipeline, dali_reason, import_dali, to_torch
 from .finisher import HostFinisher
 from .known_bad import KnownBad

@@ -8,8 +8,8 @@ from typing import Callable
 
 import torch
 
-from ..config import OutputSpec
-from ..errors import BackendUnavailable
+from ..core.config import OutputSpec
+from ..core.errors import BackendUnavailable
 from .normalization import pixel_mean_std
 from .gpu_region import gpu_region_decode
 

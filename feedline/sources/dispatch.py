@@ -12,8 +12,8 @@ import collections
 import itertools
 from dataclasses import dataclass
 
-from ..plan import EpochPlan
-from ..stats import LoaderStats
+from ..planning.plan import EpochPlan
+from ..core.stats import LoaderStats
 from .fill import Chunk, ChunkDone, Failure
 from .policy import BadRecordPolicy
 from .slot import Slot

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 from typing import Iterator, Protocol
 
-from ..plan import BatchPlan
+from ..planning.plan import BatchPlan
 from .ring import Ring
 from .slot import Slot
 from .target_batches import TargetSpec, plan_targets

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..decoders.base import Box
-from ..errors import UnavailableError
-from ..mask_codec import read_png
-from ..mask_sampling import sample_mask
+from ..core.errors import UnavailableError
+from ..dataset.mask_codec import read_png
+from ..dataset.mask_sampling import sample_mask
 from .rows import RowWriter
 from .substitute import first_substitute
 
@@ -31,7 +31,7 @@ IDLE = -1         # the record a worker holds when it holds none
 @dataclass(frozen=True)
 class MaskSpec:
     """How a worker makes a record's mask: the store's masks are ``png`` files (an image folder
-    read as it is) or stored (`feedline.mask_codec`); ``ignore_index`` where no source pixel is."""
+    read as it is) or stored (`feedline.dataset.mask_codec`); ``ignore_index`` where no source pixel is."""
 
     png: bool
     ignore_index: int

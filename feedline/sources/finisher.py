@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import OutputSpec
+from ..core.config import OutputSpec
 from .normalization import normalize_batch
 from .slot import Slot
 from .target_batches import TargetSpec, batch_targets, to_device

@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from ..decoders.base import Box, whole_pixels
-from ..plan import BatchPlan, EpochPlan
-from ..stats import LoaderStats
+from ..planning.plan import BatchPlan, EpochPlan
+from ..core.stats import LoaderStats
 from .background import ahead
 from .cuda_finisher import CudaFinisher
 from .fill import MaskSpec

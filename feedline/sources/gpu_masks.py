@@ -1,7 +1,7 @@
 """Masks for the engines that make whole batches on a device (engine="gpu"): each record's
 mask cut out on the host (nvImageCodec decodes no PNG, and a stored mask is deflate anyway:
 only the crop's rows are inflated), then resized with nearest sampling and mirrored on the
-device, as the CPU workers' `feedline.mask_sampling` does for a crop of whole pixels: the
+device, as the CPU workers' `feedline.dataset.mask_sampling` does for a crop of whole pixels: the
 same source pixel for each output pixel (torch's nearest is that rule itself).
 
 Each record's crop and flip are its own, a pure function of (seed, epoch, index) as every
@@ -13,9 +13,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..augment import plan as plan_augment
+from ..planning.augment import plan as plan_augment
 from ..decoders.base import Box, whole_pixels
-from ..mask_codec import decode, read_png
+from ..dataset.mask_codec import decode, read_png
 from .fill import MaskSpec
 
 

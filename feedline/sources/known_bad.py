@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DecodeError
+from ..core.errors import DecodeError
 from .policy import BadRecordPolicy
 
 

@@ -13,7 +13,7 @@ import functools
 import numpy as np
 import torch
 
-from ..config import IMAGENET_MEAN, IMAGENET_STD, OutputSpec
+from ..core.config import IMAGENET_MEAN, IMAGENET_STD, OutputSpec
 
 
 def layout_of(output: OutputSpec) -> torch.memory_format:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Callable, NoReturn, TypeVar
 
-from ..choices import OnError
-from ..errors import ChecksumError, DecodeError, UnavailableError
-from ..ledger import BadRecord, BadRecordLedger, reason_of
-from ..plan import BatchPlan, EpochPlan
+from ..core.choices import OnError
+from ..core.errors import ChecksumError, DecodeError, UnavailableError
+from ..core.ledger import BadRecord, BadRecordLedger, reason_of
+from ..planning.plan import BatchPlan, EpochPlan
 from .substitute import first_substitute
 
 T = TypeVar("T")

@@ -25,7 +25,7 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-from ..errors import WorkerError
+from ..core.errors import WorkerError
 from .arena import Arena, SharedFd
 from .fill import SampleSpec
 from .rows import RowFormat

@@ -2,7 +2,7 @@
 runs of neighbouring records the next stretch of the order reads, so that a cold store
 is read in a few large requests instead of one page fault per 4 KiB.
 
-Quasi-random order (`feedline.order.quasi_random_order`) visits the data set one window
+Quasi-random order (`feedline.planning.order.quasi_random_order`) visits the data set one window
 of blocks at a time, each block a run of records adjacent on disk, the records of a
 window shuffled together: every block of a window is needed from the window's first
 batches on. So the hints run one window ahead: as soon as a block is due within the next
@@ -23,8 +23,8 @@ from typing import Iterator
 
 import numpy as np
 
-from ..choices import Order
-from ..plan import BatchPlan, EpochPlan
+from ..core.choices import Order
+from ..planning.plan import BatchPlan, EpochPlan
 from ..stores.advice import will_need
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..config import OutputSpec
+from ..core.config import OutputSpec
 from .arena import Arena
 from .cuda_finisher import device_batches_bytes
 from .host_memory import available_host_bytes

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..plan import BatchPlan
+from ..planning.plan import BatchPlan
 
 
 @dataclass(eq=False)

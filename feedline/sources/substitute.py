@@ -9,7 +9,7 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
-from ..augment import AugmentSpec, plan as plan_augment, uniforms
+from ..planning.augment import AugmentSpec, plan as plan_augment, uniforms
 
 # The uniforms stream reserved for substitutes: crop and flip draws use stream 0.
 SUBSTITUTE_STREAM = 0x5B57

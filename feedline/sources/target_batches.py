@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..augment import plan as plan_augment
+from ..planning.augment import plan as plan_augment
 from ..fields import LABEL_ONLY, per_pixel
 from .fill import MaskSpec
 

@@ -10,7 +10,7 @@ import sys
 import threading
 import traceback
 
-from ..errors import WorkerError
+from ..core.errors import WorkerError
 from .arena import Arena
 from .fill import Control, SampleSpec
 from .rows import RowFormat

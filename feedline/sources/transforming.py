@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import torch
 
-from ..config import OutputSpec, TransformSpec
+from ..core.config import OutputSpec, TransformSpec
 from ..fields import per_pixel
-from ..plan import BatchPlan
+from ..planning.plan import BatchPlan
 from ..transforms import BatchTransforms, SampleTransforms
 from ..transforms.with_targets import check_transforms_for_targets
 from .normalization import normalize_batch

@@ -19,7 +19,7 @@ import logging
 import time
 from typing import Callable
 
-from ..errors import WorkerError
+from ..core.errors import WorkerError
 from .fill import ChunkDone
 from .workers import Workers
 

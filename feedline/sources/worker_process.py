@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..errors import WorkerRaised
+from ..core.errors import WorkerRaised
 from .arena import SharedFd, attach
 from .fill import ChunkDone, Control, Failure, SampleSpec
 from .worker_loop import serve
@@ -77,7 +77,7 @@ def opened(spec: SampleSpec) -> SampleSpec:
         from ..stores import open_dataset
         store = open_dataset(store)
     if isinstance(decoder, str):
-        from ..selection import thread_decoder
+        from ..decoders.selection import thread_decoder
         decoder = thread_decoder(decoder, store)
     return replace(spec, store=store, decoder=decoder)
 

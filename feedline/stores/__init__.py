@@ -4,13 +4,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from ..errors import StoreError
-from ..format import SHARD_INDEX_SUFFIX, shard_index
+from ..core.errors import StoreError
+from ..dataset.format import SHARD_INDEX_SUFFIX, shard_index
 from .base import Store
 from .detect import open_file, read_head
 from .remote import RemoteOptions, from_environment
 from .sharded_store import ShardedStore
-from ..urls import check_url, url_scheme
+from ..dataset.urls import check_url, url_scheme
 
 _GLOB_CHARS = "*?["
 

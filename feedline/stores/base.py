@@ -8,9 +8,9 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from ..errors import ChecksumError, StoreError
-from ..format import CHECKSUMS, COLUMN_NAMES, Columns, checksum, class_lists_of, fields_of, has_checksums
-from ..targets import FIELD_COLUMNS, FieldsError, TargetColumns
+from ..core.errors import ChecksumError, StoreError
+from ..dataset.format import CHECKSUMS, COLUMN_NAMES, Columns, checksum, class_lists_of, fields_of, has_checksums
+from ..dataset.targets import FIELD_COLUMNS, FieldsError, TargetColumns
 from .advice import will_need
 from .process_local import process_lock
 from .record_targets import RecordTargets

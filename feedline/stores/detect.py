@@ -1,7 +1,7 @@
 """Open one packed file, recognized by its content (not its name): LMDB or HDF5."""
 from __future__ import annotations
 
-from ..errors import StoreError
+from ..core.errors import StoreError
 from .base import Store
 
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"

@@ -20,7 +20,7 @@ import threading
 from functools import partial
 from typing import Callable
 
-from ..errors import StoreError, UnavailableError
+from ..core.errors import StoreError, UnavailableError
 from .process_local import ProcessLocal
 from .remote import RemoteError
 

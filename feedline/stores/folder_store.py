@@ -7,10 +7,10 @@ import os
 import numpy as np
 from PIL import Image
 
-from ..errors import FeedlineError, StoreError
-from ..format import Columns
-from ..scan import log_problems, scan_folder
-from ..targets import LABEL_ONLY, TargetColumns
+from ..core.errors import FeedlineError, StoreError
+from ..dataset.format import Columns
+from ..dataset.scan import log_problems, scan_folder
+from ..dataset.targets import LABEL_ONLY, TargetColumns
 from .base import Store
 
 log = logging.getLogger(__name__)

@@ -8,10 +8,10 @@ from functools import partial
 import h5py
 import numpy as np
 
-from ..errors import StoreError
+from ..core.errors import StoreError
 from ..fields import per_pixel
-from ..format import COLUMN_DTYPES, HDF5_IMAGES, HDF5_MASK_OFFSETS, HDF5_MASKS, HDF5_META_ATTR, HDF5_OFFSETS, parse_meta
-from ..targets import TARGET_DTYPES
+from ..dataset.format import COLUMN_DTYPES, HDF5_IMAGES, HDF5_MASK_OFFSETS, HDF5_MASKS, HDF5_META_ATTR, HDF5_OFFSETS, parse_meta
+from ..dataset.targets import TARGET_DTYPES
 from .base import Store, column_names, load_columns, load_targets
 from .process_local import ProcessLocal
 

@@ -11,7 +11,7 @@ import threading
 
 import lmdb
 
-from ..errors import StoreError
+from ..core.errors import StoreError
 from .process_local import ProcessLocal
 
 log = logging.getLogger(__name__)

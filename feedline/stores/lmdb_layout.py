@@ -25,7 +25,7 @@ import os
 
 import numpy as np
 
-from ..format import LMDB_IMAGE_PREFIX
+from ..dataset.format import LMDB_IMAGE_PREFIX
 
 PAGE_HEADER = 16
 P_BRANCH, P_LEAF = 0x01, 0x02

@@ -7,9 +7,9 @@ from functools import partial
 import lmdb
 import numpy as np
 
-from ..errors import StoreError
+from ..core.errors import StoreError
 from ..fields import per_pixel
-from ..format import (LMDB_COLUMN_PREFIX, LMDB_IMAGE_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY, MASK_SUFFIX,
+from ..dataset.format import (LMDB_COLUMN_PREFIX, LMDB_IMAGE_PREFIX, LMDB_JOURNAL_PREFIX, LMDB_META_KEY, MASK_SUFFIX,
                       image_key, parse_meta)
 from .advice import merged_ranges, will_need
 from .base import Store, column_names, load_columns, load_targets

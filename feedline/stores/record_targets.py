@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ChecksumError, FeedlineError, StoreError
+from ..core.errors import ChecksumError, FeedlineError, StoreError
 from ..fields import per_pixel
-from ..format import checksum
-from ..mask_codec import decode, read_png, values_of
+from ..dataset.format import checksum
+from ..dataset.mask_codec import decode, read_png, values_of
 
 
 class RecordTargets:
@@ -21,7 +21,7 @@ class RecordTargets:
         return self.target_columns.record(i) | {name: self.mask(i) for name in per_pixel(self.fields)}
 
     def read_mask(self, index: int):
-        """The stored mask of record ``index`` (bytes-like, `feedline.mask_codec`; a folder's: its
+        """The stored mask of record ``index`` (bytes-like, `feedline.dataset.mask_codec`; a folder's: its
         PNG file). StoreError for a store without masks."""
         raise StoreError(f"{self.filename}: no masks: its labels had no mask column")
 

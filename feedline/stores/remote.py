@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from ..errors import BackendUnavailable, StoreError, UnavailableError
-from ..urls import split_url
+from ..core.errors import BackendUnavailable, StoreError, UnavailableError
+from ..dataset.urls import split_url
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ import threading
 
 import numpy as np
 
-from ..errors import ChecksumError, StoreError, UnavailableError
-from ..format import parse_shard_index
+from ..core.errors import ChecksumError, StoreError, UnavailableError
+from ..dataset.format import parse_shard_index
 from .base import Store
 from .detect import open_file
 from .process_local import ProcessLocal

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 
-from ..errors import StoreError
+from ..core.errors import StoreError
 from .process_local import ProcessLocal
 from .remote import CacheFullError, RemoteError
 

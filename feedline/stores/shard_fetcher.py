@@ -15,9 +15,9 @@ import threading
 import time
 import weakref
 
-from ..errors import StoreError
-from ..format import checksum
-from ..order import SHARD_WINDOW
+from ..core.errors import StoreError
+from ..dataset.format import checksum
+from ..planning.order import SHARD_WINDOW
 from .base import Store
 from .detect import open_file
 from .fetch_service import FetchService

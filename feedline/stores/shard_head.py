@@ -12,9 +12,9 @@ import zipfile
 
 import numpy as np
 
-from ..errors import StoreError
-from ..format import Columns, meta_to_bytes, parse_meta
-from ..targets import TargetColumns
+from ..core.errors import StoreError
+from ..dataset.format import Columns, meta_to_bytes, parse_meta
+from ..dataset.targets import TargetColumns
 from .base import Store, column_names, load_columns, load_targets
 
 HEAD_SUFFIX = ".head"

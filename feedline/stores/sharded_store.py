@@ -20,10 +20,10 @@ from bisect import bisect_right
 
 import numpy as np
 
-from ..errors import ChecksumError, StoreError
+from ..core.errors import ChecksumError, StoreError
 from ..fields import KINDS
-from ..format import Columns, parse_shard_index
-from ..targets import TargetColumns
+from ..dataset.format import Columns, parse_shard_index
+from ..dataset.targets import TargetColumns
 from .base import Store
 from .detect import open_file
 

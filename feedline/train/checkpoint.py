@@ -16,7 +16,7 @@ import shutil
 import numpy as np
 import torch
 
-from ..durable import fsync_folder
+from ..dataset.durable import fsync_folder
 from .config import TrainError
 
 log = logging.getLogger("feedline.train")

@@ -1,11 +1,11 @@
-"""The trainer's own option choices, as ``feedline.choices.Choice`` Enums (strings too).
+"""The trainer's own option choices, as ``feedline.core.choices.Choice`` Enums (strings too).
 
-The loader's choices (Engine, OnError, Order) live in feedline.choices. No torch
+The loader's choices (Engine, OnError, Order) live in feedline.core.choices. No torch
 here: the command line builds its parser from these.
 """
 from __future__ import annotations
 
-from ..choices import Choice
+from ..core.choices import Choice
 
 
 class Arch(Choice):

@@ -2,7 +2,7 @@
 ``python -m feedline.train``; `feedline train` (feedline/cli/train.py) registers the same
 flags and ``run``. It lives with the trainer so that the trainer never imports the CLI.
 
-The flags are generated from TrainConfig's fields (feedline/flags.py); building the parser
+The flags are generated from TrainConfig's fields (feedline/core/flags.py); building the parser
 imports no torch.
 """
 from __future__ import annotations
@@ -11,9 +11,9 @@ import argparse
 import logging
 import sys
 
-from ..errors import FeedlineError
-from ..flags import add_dataclass_arguments, config_from_args, parse_with_hints
-from ..unwritable import writing_to
+from ..core.errors import FeedlineError
+from ..core.flags import add_dataclass_arguments, config_from_args, parse_with_hints
+from ..dataset.unwritable import writing_to
 from .config import TrainConfig, TrainError
 from .timm_flags import UNKNOWN_FLAG_ANSWERS
 

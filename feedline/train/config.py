@@ -1,6 +1,6 @@
 """TrainConfig: every option of the trainer, with its help, checked when built.
 
-The command line is generated from these fields (feedline/flags.py): a field's
+The command line is generated from these fields (feedline/core/flags.py): a field's
 name is its flag, its default the flag's default, ``metadata["help"]`` its help. No
 torch here: `feedline train --help` must not pay for importing it.
 """
@@ -12,7 +12,7 @@ import typing
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ..choices import Choice, Engine, OnError, Order
+from ..core.choices import Choice, Engine, OnError, Order
 from .choices import AmpDtype, Arch, Autocast, RegressionLoss, TaskChoice, parse_device
 from .errors import TrainError
 from .optim_options import OptimOptions
@@ -208,8 +208,8 @@ def check_paths(cfg: TrainConfig) -> None:
     if cfg.train is None and not cfg.synthetic:
         raise TrainError("no training data: pass TRAIN (a packed .lmdb/.h5 file or an image "
                          "folder), or --synthetic to measure the model on random tensors")
-    from ..errors import FeedlineError
-    from ..urls import check_url, url_scheme
+    from ..core.errors import FeedlineError
+    from ..dataset.urls import check_url, url_scheme
     for name, path in (("TRAIN", cfg.train), ("--val", cfg.val)):
         if path is not None and url_scheme(path):
             try:
@@ -223,7 +223,7 @@ def check_paths(cfg: TrainConfig) -> None:
 
 def check_engine_and_decoder(cfg: TrainConfig) -> None:
     """--engine and --decoder checked by name (nothing is built here: no torch)."""
-    from ..selection import check_names
+    from ..decoders.selection import check_names
     try:
         cfg.engine, cfg.decoder = check_names(cfg.engine, cfg.decoder)
     except ValueError as exc:

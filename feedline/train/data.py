@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..choices import Order
-from ..config import OrderSpec, OutputSpec
-from ..loader import FeedLoader
+from ..core.choices import Order
+from ..core.config import OrderSpec, OutputSpec
+from ..loading.loader import FeedLoader
 from ..stores import Store, is_remote, open_dataset
 from .config import TrainConfig, TrainError
 from .distributed import DistInfo

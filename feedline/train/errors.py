@@ -1,7 +1,7 @@
 """The trainer's error: an option or input the user can fix."""
 from __future__ import annotations
 
-from ..errors import FeedlineError
+from ..core.errors import FeedlineError
 
 
 class TrainError(FeedlineError):

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch.distributed as dist
 
-from ..errors import WorkerError
+from ..core.errors import WorkerError
 from .config import TrainError
 from .distributed import DistInfo
 

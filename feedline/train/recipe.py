@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
-from ..augment import AugmentSpec
-from ..config import IMAGENET_MEAN, TransformSpec
-from ..size_schedule import ProgressiveSize
+from ..planning.augment import AugmentSpec
+from ..core.config import IMAGENET_MEAN, TransformSpec
+from ..planning.size_schedule import ProgressiveSize
 from ..transforms import ColorJitter, Mixup, TimmRandAugment, TimmRandomErasing, TrivialAugmentWide
 from ..transforms.timm_augment import timm_fill
 from .recipe_options import RecipeOptions, parse_aa

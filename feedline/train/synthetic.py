@@ -6,7 +6,7 @@ import copy
 import torch
 from torch import nn
 
-from ..stats import LoaderStats
+from ..core.stats import LoaderStats
 from .config import TrainConfig
 from .distributed import DistInfo
 from .loop import Progress, train_epoch

@@ -3,8 +3,8 @@ semantics, timm's batch mixers, and the runners that apply them (with user calla
 decode threads or batched on the device. Every parameter is a pure function of
 (seed, epoch, index) on the transform's own random stream."""
 from .autoaugment import RandAugment, TrivialAugmentWide
-from ..config import TransformSpec
-from ..size_schedule import ProgressiveSize
+from ..core.config import TransformSpec
+from ..planning.size_schedule import ProgressiveSize
 from .base import SampleOp, TransformError
 from .blur import GaussianBlur
 from .erasing import RandomErasing

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..augment import uniforms
-from ..errors import FeedlineError
+from ..planning.augment import uniforms
+from ..core.errors import FeedlineError
 from .streams import stream_of
 
 Params = dict  # name -> numpy array with one row per sample

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import torch
 
-from ..config import IMAGENET_MEAN, IMAGENET_STD
+from ..core.config import IMAGENET_MEAN, IMAGENET_STD
 from .base import Params, SampleOp, check_interval, check_probability, to_u8
 
 _TRIES = 10

@@ -1,6 +1,6 @@
 """Where each transform's randomness comes from.
 
-Every transform draws from its own stream of the counter-based hash that feedline.augment
+Every transform draws from its own stream of the counter-based hash that feedline.planning.augment
 uses for crops: a pure function of (seed, epoch, sample index, stream, draw). The stream is
 named after the transform's class and its occurrence among transforms of that class, never
 after its position in the list, so adding a transform never moves a crop or another

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..config import IMAGENET_MEAN
+from ..core.config import IMAGENET_MEAN
 from . import color, tone
 from .base import Params, SampleOp
 from .timm_geometry import pil_matrix, warp_batch, warp_image, warp_mask

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..augment import uniforms
+from ..planning.augment import uniforms
 from .base import TransformError, check_probability
 from .erasing import erase_boxes
 from .streams import generator, stream_of

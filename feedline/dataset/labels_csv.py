@@ -14,8 +14,8 @@ import csv
 import os
 import posixpath
 
-from .errors import FeedlineError
-from .fields import KINDS
+from ..core.errors import FeedlineError
+from ..fields import KINDS
 
 _PATH_WORDS = {"path", "file", "filename", "file_name", "file name", "relative path", "relative_path",
                "relpath", "image", "image_path", "image path", "img", "name", "filepath", "file path"}

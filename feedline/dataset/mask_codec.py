@@ -23,7 +23,7 @@ import zlib
 
 import numpy as np
 
-from .errors import FeedlineError
+from ..core.errors import FeedlineError
 
 MAGIC = b"FLMK"
 VERSION = 1

@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .decoders import jpeg_warnings
-from .errors import FeedlineError, StoreError
-from .fields import per_pixel
+from ..decoders import jpeg_warnings
+from ..core.errors import FeedlineError, StoreError
+from ..fields import per_pixel
 from .format import checksum
-from .stores import Store, open_dataset
+from ..stores import Store, open_dataset
 from .urls import check_url, url_scheme
 
 if TYPE_CHECKING:
-    from .decoders.base import Decoder
+    from ..decoders.base import Decoder
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def strict_decoder(decoder: str | Decoder) -> Decoder:
     damaged data (a JPEG cut short, corrupt entropy data) is then an error, not a warning
     and a part-gray image. A Decoder instance is used as it is. The choice of "auto" is
     logged at DEBUG: the summary line names the decoder."""
-    from .selection import thread_decoder
+    from ..decoders.selection import thread_decoder
     return thread_decoder(decoder, strict=True, log_level=logging.DEBUG)
 
 

@@ -12,7 +12,7 @@ import contextlib
 import errno
 import os
 
-from .errors import FeedlineError
+from ..core.errors import FeedlineError
 
 # The errors a user fixes by choosing another place or changing permissions.
 UNWRITABLE = {errno.EROFS: "the filesystem is read-only", errno.EACCES: "permission denied",

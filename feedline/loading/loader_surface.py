@@ -15,8 +15,8 @@ from typing import Callable
 
 import torch.utils.data
 
-from .fields import LABEL_ONLY
-from .stores import Store
+from ..fields import LABEL_ONLY
+from ..stores import Store
 
 
 class LoaderDataset(torch.utils.data.Dataset):

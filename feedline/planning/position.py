@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .choices import Order
-from .config import LoaderConfig
+from ..core.choices import Order
+from ..core.config import LoaderConfig
 from .plan import Segment
 from .seeds import saved_seed
 

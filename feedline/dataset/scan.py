@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple
 
-from .errors import FeedlineError
-from .fields import LABEL_ONLY, class_fields
+from ..core.errors import FeedlineError
+from ..fields import LABEL_ONLY, class_fields
 
 if TYPE_CHECKING:
     from .targets import TargetColumns

@@ -26,7 +26,7 @@ LMDB (one file, ``subdir=False``)::
     feedline/col/path_bytes     uint8[...]    UTF-8 paths, concatenated
     feedline/col/checksums      uint64[n]     little endian, xxh3_64 of each record (version 2)
     feedline/col/label_set_offsets ...       the columns of the fields (version 3; see
-                                             `feedline.targets`); labels is -1 without a label field
+                                             `feedline.dataset.targets`); labels is -1 without a label field
     img/0000000000[.mask] ...   encoded image of record i (``image_key(i)``); its mask (``+ MASK_SUFFIX``, v5)
     feedline/journal/00000000   only in an unfinished pack: resume bookkeeping
 
@@ -64,8 +64,8 @@ import xxhash
 if TYPE_CHECKING:
     import numpy as np
 
-from .errors import StoreError
-from .fields import LABEL_ONLY, FieldsError, check_class_lists, check_fields, class_fields, per_pixel
+from ..core.errors import StoreError
+from ..fields import LABEL_ONLY, FieldsError, check_class_lists, check_fields, class_fields, per_pixel
 
 FORMAT_NAME = "feedline"
 FORMAT_VERSION = 5                 # the newest version this code writes (masks beside the images)

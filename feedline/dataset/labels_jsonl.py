@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from .errors import FeedlineError
+from ..core.errors import FeedlineError
 from .labels_csv import COLUMNS, relative_path
 
 

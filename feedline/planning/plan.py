@@ -8,7 +8,7 @@ from typing import Iterator
 import numpy as np
 
 from .augment import AugmentSpec, plan as plan_augment
-from .choices import Order
+from ..core.choices import Order
 from .order import batch_count, deal_shard_run, epoch_order, quasi_random_order, shard, shard_run
 
 

@@ -15,22 +15,22 @@ from typing import Iterator
 
 import torch
 
-from .augment import AugmentSpec
-from .choices import Engine, Order
-from .config import UNSET, LoaderConfig, OrderSpec, OutputSpec, TransformSpec, distributed_position
-from .decoders.base import Decoder
+from ..planning.augment import AugmentSpec
+from ..core.choices import Engine, Order
+from ..core.config import UNSET, LoaderConfig, OrderSpec, OutputSpec, TransformSpec, distributed_position
+from ..decoders.base import Decoder
 from .keywords import (augment_spec, check_source_kind, checks_keywords, choose_order, choose_pinning, choose_threads,
                        order_spec, output_spec, transform_spec)
 from .loader_surface import DataLoaderSurface
-from .order import batch_count
-from .plan import EpochPlan
-from .position import Position, resume_position, state_of
-from .seeds import loader_seed
-from .selection import resolve_engine_and_decoder
-from .size_schedule import schedule_of
-from .sources import make_source
-from .stats import LoaderStats
-from .stores import Store, is_remote, open_dataset, shard_counts, will_visit
+from ..planning.order import batch_count
+from ..planning.plan import EpochPlan
+from ..planning.position import Position, resume_position, state_of
+from ..planning.seeds import loader_seed
+from ..decoders.selection import resolve_engine_and_decoder
+from ..planning.size_schedule import schedule_of
+from ..sources import make_source
+from ..core.stats import LoaderStats
+from ..stores import Store, is_remote, open_dataset, shard_counts, will_visit
 
 log = logging.getLogger(__name__)
 

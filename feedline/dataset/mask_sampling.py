@@ -31,7 +31,7 @@ def resized_indices(start: int, length: int, out: int) -> np.ndarray:
 
 def window_indices(start: float, length: float, source: int, out: int) -> np.ndarray:
     """Source indices of an ``out``-long window of a ``source``-long axis resized: the window
-    covers ``start .. start + length`` in source pixels (`feedline.augment.center_crop`'s box)."""
+    covers ``start .. start + length`` in source pixels (`feedline.planning.augment.center_crop`'s box)."""
     resized = max(1, int(round(source * out / length)))
     corner = int(round(start * resized / source))
     scale = np.float32(source) / np.float32(resized)

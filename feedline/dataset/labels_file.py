@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import FeedlineError
-from .fields import KINDS, class_fields
+from ..core.errors import FeedlineError
+from ..fields import KINDS, class_fields
 from .labels_csv import SEVERAL, is_int, read_csv
 from .labels_jsonl import read_jsonl
 

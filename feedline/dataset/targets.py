@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fields import (FIELD_COLUMNS, FIELD_NAMES, KINDS, LABEL_ONLY, TARGET_DTYPES, Field, FieldsError, Geometry,
+from ..fields import (FIELD_COLUMNS, FIELD_NAMES, KINDS, LABEL_ONLY, TARGET_DTYPES, Field, FieldsError, Geometry,
                      check_fields, field_objects, segments)
 from .format import COLUMN_NAMES
 

@@ -1,6 +1,6 @@
 """Boxes follow the pixels: source-pixel boxes through a sample's crop, resize and flip.
 
-The crop of `feedline.augment` is a box (top, left, height, width) in source pixels: a
+The crop of `feedline.planning.augment` is a box (top, left, height, width) in source pixels: a
 RandomResizedCrop in training, the source region of resize + center crop in evaluation. The
 decoder resizes that region to the output (height, width), then mirrors it when the sample
 is flipped. A box (x0, y0, x1, y1) in source pixels (edges, not pixel centres) goes the same

@@ -13,14 +13,14 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .choices import Engine
-from .decoders.jpeg_grid import is_grid_store
-from .decoders.registry import build, detects_damage, missing_library_reason, registration
-from .errors import BackendUnavailable
-from .fields import per_pixel
+from ..core.choices import Engine
+from .jpeg_grid import is_grid_store
+from .registry import build, detects_damage, missing_library_reason, registration
+from ..core.errors import BackendUnavailable
+from ..fields import per_pixel
 
 if TYPE_CHECKING:
-    from .decoders.base import Decoder
+    from .base import Decoder
 
 log = logging.getLogger(__name__)
 
@@ -98,14 +98,14 @@ def thread_decoder(decoder, store=None, strict: bool | None = None, log_level: i
     reading ``store``: with the loader's rule (``strict=None``) a grid store's GridDecoder
     (its crops spliced and decoded alone, strictly), else the lenient region decode on a
     store decoded at pack time, else the decoder in its strict mode."""
-    from .decoders.base import Decoder
+    from .base import Decoder
     if isinstance(decoder, Decoder):
         return decoder
     if not isinstance(decoder, str):
         raise TypeError(f"decoder must be a decoder's name or a Decoder, got {type(decoder).__name__}")
     name = auto_decoder_name(log_level) if decoder == "auto" else decoder
     if strict is None and is_grid_store(store):   # a lenient region decode would go unused
-        from .decoders.grid_decoder import grid_decoder_for
+        from .grid_decoder import grid_decoder_for
         return grid_decoder_for(store, _build(name))
     if strict is None and decoded_at_pack(store) and registration(name).lenient_region:
         log.log(log_level, "%s: decoded cleanly at pack time and checksummed: decoding with %s leniently "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 
-from .errors import StoreError
+from ..core.errors import StoreError
 
 SCHEMES = ("s3",)   # the object stores feedline reads and writes (feedline.stores.remote)
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")

@@ -12,9 +12,9 @@ import warnings
 
 import torch
 
-from .augment import AugmentSpec
-from .choices import Order
-from .config import UNSET, OrderSpec, OutputSpec, TransformSpec, resolve_device, usable_cores
+from ..planning.augment import AugmentSpec
+from ..core.choices import Order
+from ..core.config import UNSET, OrderSpec, OutputSpec, TransformSpec, resolve_device, usable_cores
 
 # keyword -> where it is given now
 MOVED = {
@@ -84,7 +84,7 @@ def checks_keywords(init):
 def check_source_kind(source) -> None:
     """A TypeError saying what FeedLoader reads when ``source`` is none of those kinds (a torch
     Dataset, say); whether the path exists is the store's business."""
-    from .stores import Store
+    from ..stores import Store
     paths = isinstance(source, (list, tuple)) and source and all(isinstance(p, (str, os.PathLike)) for p in source)
     if isinstance(source, (Store, str, os.PathLike)) or paths:
         return

@@ -10,10 +10,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .augment import AugmentSpec
+from ..planning.augment import AugmentSpec
 from .choices import Engine, OnError, Order
 from .errors import BackendUnavailable
-from .size_schedule import SizeSchedule
+from ..planning.size_schedule import SizeSchedule
 
 MASK_DTYPES = (torch.int64, torch.int32, torch.int16, torch.uint8)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

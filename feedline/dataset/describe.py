@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .fields import KINDS
-from .stores import Store, is_remote, open_dataset
+from ..fields import KINDS
+from ..stores import Store, is_remote, open_dataset
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .choices import Order
+from ..core.choices import Order
 
 
 def draw_seed() -> int:

@@ -1,0 +1,1 @@
+"""What is delivered: FeedLoader, its keywords and its DataLoader-like surface."""
