@@ -45,6 +45,7 @@ class Workers:
         self.running = False          # started, and neither stopped nor dead
         self.closed = False
         self.error: BaseException | None = None   # a worker's death: the loader cannot go on
+        self.ended = True             # the last run went through end_run
         self._arenas: dict[int, tuple[RowFormat, Arena]] = {}
         self._queued = [0] * count    # chunks sent to each worker, not answered yet
         self._tokens = itertools.count()
@@ -93,8 +94,13 @@ class Workers:
                 self._post(k, ("drop", number))
 
     def begin(self, epoch: int, augment) -> RunSpec:
-        """A new run: chunks of the runs before it are skipped by the workers."""
+        """A new run: chunks of the runs before it are skipped by the workers. If the last run
+        never reached the end of ``end_run`` (a Ctrl-C just before it), a worker may still be
+        writing a sample of it into a Slot this run refills: those workers are started anew."""
+        if self.ended is False:
+            self.running = False
         self.start()
+        self.ended = False
         self.control[0] += 1
         run = RunSpec(int(self.control[0]), epoch, augment)
         for k in range(self.count):
@@ -139,6 +145,7 @@ class Workers:
         settle (a second Ctrl-C, one stuck past DRAIN_S or ``timeout_s``); the next run
         starts new ones."""
         if not self.running:
+            self.ended = True
             return
         ready = False
         try:
@@ -150,6 +157,7 @@ class Workers:
             if not ready:
                 self.running = False   # first: a Ctrl-C inside the stop must still have the next run start anew
                 self._stop(kill=True)
+            self.ended = True
 
     def died(self, error: BaseException) -> None:
         """A worker is gone (``error`` says how): the others are stopped, and this run and every
