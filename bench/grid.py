@@ -79,9 +79,9 @@ def decode_jobs(path: Path, n: int):
     from feedline import open_dataset
     from feedline.planning.augment import random_resized_crop, uniforms
     from feedline.decoders.base import Box
-    from feedline.decoders.selection import thread_decoder
+    from feedline.decoders.selection import per_image_decoder
     store = open_dataset(str(path))
-    decoder = thread_decoder("auto", store)   # the loader's choice: on the grid store a GridDecoder
+    decoder = per_image_decoder("auto", store)   # the loader's choice: on the grid store a GridDecoder
     count = min(n, len(store))
     sizes = np.asarray(store.sizes[:count])
     boxes = random_resized_crop(sizes[:, 0], sizes[:, 1], uniforms(7, 0, range(count), 22))

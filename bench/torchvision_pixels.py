@@ -70,7 +70,7 @@ def feedline_side(store_path: str, work: str) -> tuple[str, list[str]]:
     from feedline import FeedLoader, open_dataset
     from feedline.planning.augment import AugmentSpec, plan
     from feedline.decoders.base import Box
-    from feedline.decoders.selection import thread_decoder
+    from feedline.decoders.selection import per_image_decoder
     arrays: dict[str, np.ndarray] = {}
     with open_dataset(store_path) as store:
         n = len(store)
@@ -82,7 +82,7 @@ def feedline_side(store_path: str, work: str) -> tuple[str, list[str]]:
         sizes = np.asarray(store.sizes)
         boxes, _ = plan(AugmentSpec(size=(SIZE, SIZE), train=True, scale=(0.25, 1.0)), 0, 0, np.arange(n),
                         sizes[:, 0], sizes[:, 1])
-        decoder = thread_decoder("auto")
+        decoder = per_image_decoder("auto")
         for k in range(n):
             data = bytes(store.read(k))
             arrays[f"full_{k}"] = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))

@@ -26,7 +26,7 @@ def loader(path, **kw) -> FeedLoader:
     ("even_shards", False, r"order=OrderSpec\(\.\.\., even_shards=\.\.\.\)"),
     ("rank", 0, r"order=OrderSpec\(\.\.\., rank=\.\.\., world_size=\.\.\.\)"),
     ("world_size", 1, r"order=OrderSpec\(\.\.\., rank=\.\.\., world_size=\.\.\.\)"),
-    ("num_threads", 2, r"num_workers=\.\.\. \(the decode threads"),
+    ("num_threads", 2, r"num_workers=\.\.\. \(the worker processes"),
 ])
 def test_a_keyword_that_moved_into_a_spec_names_the_spec(packed_lmdb, keyword, value, spec):
     """FeedLoader's keywords that moved into a spec are a TypeError that says where they went
@@ -49,22 +49,22 @@ def test_auto_workers_split_the_usable_cores_between_the_ranks_of_a_node(packed_
     the shares differ."""
     import os
 
-    from feedline.loading.keywords import choose_threads
+    from feedline.loading.keywords import choose_workers
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    assert choose_threads("auto") == 8
+    assert choose_workers("auto") == 8
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    assert choose_threads("auto") == 4
+    assert choose_workers("auto") == 4
     assert loader(packed_lmdb, num_workers="auto").config.num_workers == 4
     assert loader(packed_lmdb, num_workers=6).config.num_workers == 6
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
-    assert choose_threads("auto") == 2
+    assert choose_workers("auto") == 2
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "12")   # more ranks than cores: one each
-    assert choose_threads("auto") == 1
+    assert choose_workers("auto") == 1
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "two")
     with pytest.raises(ValueError, match=r"LOCAL_WORLD_SIZE='two' \(torchrun's ranks on this node\) must be a "
                                          r"positive int"):
-        choose_threads("auto")
+        choose_workers("auto")
 
 
 @pytest.mark.parametrize("keyword, answer", [

@@ -149,8 +149,8 @@ def strict_decoder(decoder: str | Decoder) -> Decoder:
     damaged data (a JPEG cut short, corrupt entropy data) is then an error, not a warning
     and a part-gray image. A Decoder instance is used as it is. The choice of "auto" is
     logged at DEBUG: the summary line names the decoder."""
-    from ..decoders.selection import thread_decoder
-    return thread_decoder(decoder, strict=True, log_level=logging.DEBUG)
+    from ..decoders.selection import per_image_decoder
+    return per_image_decoder(decoder, strict=True, log_level=logging.DEBUG)
 
 
 def _verify(store: Store, dec: Decoder | None, jobs: int, on_progress, mode: VerifyMode) -> VerifyResult:

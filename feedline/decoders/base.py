@@ -27,7 +27,7 @@ class Box(NamedTuple):
 
 class Decoder(ABC):
     """One backend. Implementations are thread-safe and release the GIL while decoding
-    where their library allows, so that decode threads scale with cores."""
+    where their library allows, so that worker threads scale with cores."""
 
     name: str
 

@@ -1,4 +1,4 @@
-"""Who produces the batches (engine=) and which codec the thread engine runs (decoder=):
+"""Who produces the batches (engine=) and which codec the CPU engine runs (decoder=):
 both chosen here, and only here.
 
 ``resolve_engine_and_decoder(engine, decoder, device, store)`` is what FeedLoader,
@@ -35,10 +35,10 @@ _logged: set[tuple[str, int]] = set()
 
 @dataclass(frozen=True)
 class Selection:
-    """The engine, and for the thread engine the per-image decoder it runs."""
+    """The engine, and for the CPU engine the per-image decoder its workers run."""
 
     engine: Engine                  # threads, dali or gpu: never auto
-    decoder: "Decoder | None"       # the thread engine's decoder; None for dali and gpu
+    decoder: "Decoder | None"       # the CPU engine's decoder; None for dali and gpu
 
     @property
     def decoder_name(self) -> str | None:
@@ -67,7 +67,7 @@ def resolve_engine_and_decoder(engine="auto", decoder="auto", device: str = "cpu
         masks = store is not None and bool(per_pixel(store.fields))   # DALI's pipeline makes no masks
         engine = _auto_engine(decoder, device, log_level, in_process=num_workers == 0, masks=masks)
     if engine in (Engine.THREADS, Engine.PROCESSES):   # the same per-image decoder, on threads or in workers
-        return Selection(engine, thread_decoder(decoder, store, strict, log_level))
+        return Selection(engine, per_image_decoder(decoder, store, strict, log_level))
     if engine is Engine.GPU and not device.startswith("cuda"):
         raise BackendUnavailable("engine='gpu' decodes on a CUDA device; pass device='cuda' "
                                  "(or decode on CPU threads: engine='threads')")
@@ -93,7 +93,7 @@ def check_names(engine, decoder):
     return engine, decoder
 
 
-def thread_decoder(decoder, store=None, strict: bool | None = None, log_level: int = logging.INFO) -> "Decoder":
+def per_image_decoder(decoder, store=None, strict: bool | None = None, log_level: int = logging.INFO) -> "Decoder":
     """The per-image decoder for ``decoder=`` (a name, "auto", or a Decoder used as it is)
     reading ``store``: with the loader's rule (``strict=None``) a grid store's GridDecoder
     (its crops spliced and decoded alone, strictly), else the lenient region decode on a
@@ -195,4 +195,4 @@ def _log_once(level: int, message: str) -> None:
 
 
 __all__ = ["AUTO_PREFERENCE", "Selection", "auto_decoder_name", "check_names", "decoded_at_pack", "decoder_by_name",
-           "resolve_engine_and_decoder", "thread_decoder"]
+           "resolve_engine_and_decoder", "per_image_decoder"]

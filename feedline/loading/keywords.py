@@ -29,7 +29,7 @@ MOVED = {
     "even_shards": "order=OrderSpec(..., even_shards=...)",
     "rank": "order=OrderSpec(..., rank=..., world_size=...)",
     "world_size": "order=OrderSpec(..., rank=..., world_size=...)",
-    "num_threads": "num_workers=... (the decode threads, or 'auto')",
+    "num_threads": "num_workers=... (the worker processes, or 'auto')",
 }
 
 # DataLoader's keywords that FeedLoader does not take -> feedline's way of doing what they do
@@ -131,19 +131,19 @@ def choose_order(shuffle: bool | None, order, remote: bool = False) -> Order:
 _warned_workers: set[tuple[int, int]] = set()  # (asked, usable): each said once per process
 
 
-def choose_threads(num_workers) -> int:
+def choose_workers(num_workers) -> int:
     """Decode threads or worker processes: DataLoader's ``num_workers`` (0, DataLoader's "in this
     process", is one) up to one per usable core (more only add switching), or for "auto" this
     rank's share of the usable cores (``cores_per_rank``)."""
     if num_workers == "auto" or num_workers is None:
         return cores_per_rank()
     if isinstance(num_workers, bool) or not isinstance(num_workers, int):
-        raise ValueError(f"num_workers must be an int (the decode threads) or 'auto', got {num_workers!r}")
+        raise ValueError(f"num_workers must be an int (worker processes; 0: in this process) or 'auto', got {num_workers!r}")
     asked, usable = max(1, num_workers), usable_cores()
     if asked > usable and (asked, usable) not in _warned_workers:
         _warned_workers.add((asked, usable))
         warnings.warn(f"num_workers={asked} but this process may use {usable} cores (os.sched_getaffinity): "
-                      f"using {usable} decode threads", stacklevel=3)
+                      f"using {usable} workers", stacklevel=3)
     return min(asked, usable)
 
 

@@ -19,7 +19,7 @@ from ..planning.augment import AugmentSpec
 from ..core.choices import Engine, Order
 from ..core.config import UNSET, LoaderConfig, OrderSpec, OutputSpec, TransformSpec, distributed_position
 from ..decoders.base import Decoder
-from .keywords import (augment_spec, check_source_kind, checks_keywords, choose_order, choose_pinning, choose_threads,
+from .keywords import (augment_spec, check_source_kind, checks_keywords, choose_order, choose_pinning, choose_workers,
                        order_spec, output_spec, transform_spec)
 from .loader_surface import DataLoaderSurface
 from ..planning.order import batch_count
@@ -49,7 +49,7 @@ class FeedLoader(DataLoaderSurface):
     (a list, or ``TransformSpec(...)`` with ``batch_transforms``), ``order`` ("sequential",
     "random", "quasi-random", "shards", or ``OrderSpec(...)`` with the rank's share): each group one
     way. ``order`` decides the order when given; ``shuffle`` may then be left out or must
-    agree with it. ``num_workers``: the decode threads or worker processes ("auto": the usable
+    agree with it. ``num_workers``: the worker processes (0: one worker thread in this process) ("auto": the usable
     cores split over torchrun's ranks on this node, ``LOCAL_WORLD_SIZE``, at least one; a number is
     kept, up to the cores). ``timeout`` (engine="processes" only): seconds the due batch's workers
     may go silent before a WorkerError names each and its record (0: forever). ``region_decode``
@@ -80,7 +80,7 @@ class FeedLoader(DataLoaderSurface):
         chosen = resolve_engine_and_decoder(engine, decoder, output.device, self.store, num_workers=num_workers)
         self.config = LoaderConfig(
             batch_size=batch_size, order=chosen_order, drop_last=drop_last, seed=loader_seed(seed, world_size, chosen_order),
-            num_workers=choose_threads(num_workers), prefetch=prefetch, engine=chosen.engine,
+            num_workers=choose_workers(num_workers), prefetch=prefetch, engine=chosen.engine,
             decoder=chosen.decoder_name, on_error=on_error, output=output, rank=rank, world_size=world_size,
             even_shards=order.even_shards, quasi_random=order.quasi_random, pin_memory=choose_pinning(pin_memory),
             augment=augment, size_schedule=schedule, transforms=transform_spec(transforms), timeout=timeout,

@@ -39,7 +39,7 @@ def uniforms(seed: int, epoch: int, indices, draws: int, stream: int = 0) -> np.
 
 @dataclass(frozen=True)
 class AugmentSpec:
-    """What the decode threads do to each image. ``size`` is the output (height, width)."""
+    """What the workers do to each image. ``size`` is the output (height, width)."""
 
     size: tuple[int, int] = (224, 224)
     train: bool = False           # random crops and flips only when asked (timm's is_training)

@@ -2,7 +2,7 @@
 ``size=`` may be a callable ``epoch -> size`` or an object with a ``size(epoch)`` method.
 
 The loader asks once per epoch, before planning it; every engine then crops to that size
-and its buffers follow (the thread engine reallocates its ring when the size changes and
+and its buffers follow (the CPU engine makes its ring anew when the size changes and
 frees the old one, so memory is that of the current size, never the sum of all sizes).
 """
 from __future__ import annotations

@@ -5,9 +5,9 @@ Slots; a Finisher finishes them, the same way for every engine:
     built-ins batched on the device -> normalization -> the batch transforms -> the
     hand-over to the consumer (on CUDA: one wait_event + record_stream, cuda_finisher.py)
 
-What is left to do depends on what the engine filled in (``Filled``): the thread engine's
-decode threads apply the per-sample transforms and, for a host consumer, normalize each
-row; DALI normalizes inside its pipeline when no transforms follow it; the GPU engine
+What is left to do depends on what the engine filled in (``Filled``): the CPU engine's
+workers apply the per-sample transforms and, for a host consumer, normalize each row
+(uint8 pixels where numpy lacks the output's dtype); DALI normalizes inside its pipeline when no transforms follow it; the GPU engine
 leaves float pixels on the 0..255 scale. A Finisher never drives an engine or its feed:
 it receives filled Slots and says when a Slot's memory is no longer read (``copied``).
 

@@ -1,7 +1,6 @@
 """Page-locking a mapping this process shares (a worker engine's arena) for CUDA copies.
 
-The thread engine's pinned Slots come from PyTorch's pinned allocator; an arena is memory
-the workers map too, so it is pinned in place (cudaHostRegister). Its host-to-device copy
+A Slot's arena is memory the workers map too, so it is pinned in place (cudaHostRegister). Its host-to-device copy
 then runs asynchronously on the CUDA Finisher's side stream, at full speed, and the tensors
 over it say so (``is_pinned()``). A registered range must be unregistered before it is
 unmapped (CUDA would keep its pages locked), and not while any tensor over it can still be

@@ -77,8 +77,8 @@ def opened(spec: SampleSpec) -> SampleSpec:
         from ..stores import open_dataset
         store = open_dataset(store)
     if isinstance(decoder, str):
-        from ..decoders.selection import thread_decoder
-        decoder = thread_decoder(decoder, store)
+        from ..decoders.selection import per_image_decoder
+        decoder = per_image_decoder(decoder, store)
     return replace(spec, store=store, decoder=decoder)
 
 

@@ -68,11 +68,12 @@ class TrainConfig(RecipeOptions, OptimOptions):
     num_classes: int | None = option(None, "classifier width", MODEL,
                                      default_text="from the data; 1000 with --synthetic and no TRAIN")
     # -- data
-    engine: Engine = option(Engine.AUTO, "who makes batches: threads (decoders on CPU threads), dali, gpu "
-                            "(nvImageCodec); auto = dali on a GPU when DALI is installed, else threads", DATA)
-    decoder: str = option("auto", "the threads engine's JPEG decoder: nvimgcodec, turbojpeg, simplejpeg, opencv, pil "
+    engine: Engine = option(Engine.AUTO, "who makes batches: processes (decoders in worker processes), threads "
+                            "(the same in this process), dali, gpu (nvImageCodec); auto = dali on a GPU when DALI is "
+                            "installed, else processes", DATA)
+    decoder: str = option("auto", "the CPU engine's JPEG decoder: nvimgcodec, turbojpeg, simplejpeg, opencv, pil "
                           "or a plugin's; auto = the fastest strict one installed", DATA, metavar="NAME")
-    threads: int | str = option("auto", "decode threads (or worker processes) of the loader; auto: this rank's share of the usable CPU cores (torchrun's LOCAL_WORLD_SIZE ranks on a node split them)", DATA,
+    threads: int | str = option("auto", "worker processes (or threads) of the loader; auto: this rank's share of the usable CPU cores (torchrun's LOCAL_WORLD_SIZE ranks on a node split them)", DATA,
                                 aliases=("--workers", "-j"))
     on_error: OnError = option(
         OnError.SUBSTITUTE, "a record that cannot be read or decoded: substitute puts another record in "

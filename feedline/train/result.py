@@ -41,7 +41,7 @@ def finish(result: TrainResult, raw: nn.Module, info: DistInfo, reporter: Report
         if not result.ranks_in_sync:
             reporter.warning("parameters differ between ranks at the end of the run")
     if result.pipeline_share is not None:
-        # On the CPU the loader's decode threads and the model share the cores: the share then
+        # On the CPU the loader's workers and the model share the cores: the share then
         # says what feeding costs this CPU's model, not whether a GPU would wait for data.
         caveat = ("; on the CPU the loader's workers and the model share the same cores, so this is the "
                   "cost of decoding here, not a sign that a GPU would wait for data"

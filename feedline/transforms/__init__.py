@@ -1,6 +1,6 @@
 """Augmentations beyond the crop and flip: per-sample built-ins with torchvision's names and
 semantics, timm's batch mixers, and the runners that apply them (with user callables) on the
-decode threads or batched on the device. Every parameter is a pure function of
+workers or batched on the device. Every parameter is a pure function of
 (seed, epoch, index) on the transform's own random stream."""
 from .autoaugment import RandAugment, TrivialAugmentWide
 from ..core.config import TransformSpec

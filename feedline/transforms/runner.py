@@ -10,7 +10,7 @@ is called as ``fn(images, targets)`` and returns ``(images, targets)``.
 How an engine uses them (per batch plan ``bp`` of epoch ``e``, loader seed ``s``):
 - host output (CPU): ``drawn = sample.draw(s, e, bp.indices)`` once, then on each decode
   thread, after the crop and flip, ``img = sample.apply_drawn(img, drawn, k, s, e, bp.indices[k])``.
-- CUDA output: ``host, device = sample.split()``; ``host`` runs on the decode threads as
+- CUDA output: ``host, device = sample.split()``; ``host`` runs in the workers as
   above; on the side stream, after the copy and before normalizing,
   ``images = device.apply_batch(images, s, e, bp.indices)``.
 - then, on the finished batch: ``images, targets = batch.apply(images, targets, s, e, bp.indices)``.
