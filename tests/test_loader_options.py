@@ -39,7 +39,7 @@ def test_num_workers_beyond_the_usable_cores_warns_once_and_uses_the_cores(packe
     import warnings
     cores = usable_cores()
     with pytest.warns(UserWarning, match=rf"num_workers={cores + 998} but this process may use {cores} cores.*"
-                                         rf"using {cores} decode threads"):
+                                         rf"using {cores} workers"):
         loader = FeedLoader(str(packed_lmdb), device="cpu", num_workers=cores + 998)
     assert loader.config.num_workers == cores
     with warnings.catch_warnings():
