@@ -89,15 +89,21 @@ def _torch_into(image: np.ndarray, scale_y: float, scale_x: float, skip_y: int, 
                 out: np.ndarray) -> None:
     """torch's antialiased bilinear resize of ``image`` by 1 / scale from its corner, output
     rows skip_y .. and columns skip_x .. into ``out``. uint8 in and out: torch's own uint8
-    kernel, the one torchvision's tensor Resize runs."""
+    kernel, the one torchvision's tensor Resize runs (``interpolate`` calls this operator)."""
     import torch
-    from torch.nn.functional import interpolate
+    resize = torch.ops.aten._upsample_bilinear2d_aa
     oh, ow = out.shape[:2]
-    pixels = np.ascontiguousarray(image) if image.flags.writeable else np.array(image)   # torch wants it writable
-    source = torch.from_numpy(pixels).permute(2, 0, 1).unsqueeze(0)   # channels_last
-    resized = interpolate(source, scale_factor=(_NUDGE / scale_y, _NUDGE / scale_x), mode="bilinear",
-                          antialias=True, align_corners=False, recompute_scale_factor=False)
-    np.copyto(out, resized[0, :, skip_y:skip_y + oh, skip_x:skip_x + ow].permute(1, 2, 0).numpy())
+    factor_y, factor_x = _NUDGE / scale_y, _NUDGE / scale_x
+    size = [math.floor(image.shape[0] * factor_y), math.floor(image.shape[1] * factor_x)]
+    pixels = image if image.flags.writeable else np.array(image)   # torch wants it writable
+    source = torch.from_numpy(pixels).permute(2, 0, 1).unsqueeze(0)   # channels_last: the fast kernel
+    target = torch.from_numpy(out).permute(2, 0, 1).unsqueeze(0)
+    if size == [oh, ow] and skip_y == skip_x == 0 and out.flags.c_contiguous:
+        # a cut-out crop into a whole row: written in place (the kernel's out= needs a
+        # channels_last-contiguous target; a strided view goes through a copy)
+        resize.out(source, size, False, factor_y, factor_x, out=target)
+    else:
+        target.copy_(resize(source, size, False, factor_y, factor_x)[..., skip_y:skip_y + oh, skip_x:skip_x + ow])
 
 
 def _pillow_into(image: np.ndarray, top: float, left: float, height: float, width: float,
