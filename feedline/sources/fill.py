@@ -68,8 +68,19 @@ class Chunk:
     arena: int
     first: int
     indices: np.ndarray           # int64 records
-    boxes: np.ndarray             # int64 crops (top, left, height, width)
+    boxes: np.ndarray             # crops (top, left, height, width): int64, float64 for evaluation crops
     flips: np.ndarray             # bool
+
+    def __reduce__(self):
+        # Sent as raw bytes: a third of the time of pickling three arrays, paid in the training process
+        return _chunk, (self.ticket, self.generation, self.arena, self.first, self.indices.astype(np.int64).tobytes(),
+                        self.boxes.tobytes(), self.boxes.dtype.str, self.flips.astype(bool).tobytes())
+
+
+def _chunk(ticket: int, generation: int, arena: int, first: int, indices: bytes, boxes: bytes, kind: str,
+           flips: bytes) -> Chunk:
+    return Chunk(ticket, generation, arena, first, np.frombuffer(indices, np.int64),
+                 np.frombuffer(boxes, kind).reshape(-1, 4), np.frombuffer(flips, bool))
 
 
 @dataclass(frozen=True)
