@@ -26,19 +26,21 @@ JOBS=${MUTANTS_JOBS:-1}
 # and DALI's graph are left out: without a GPU no test reaches them (make gpu-check does).
 LOADER_TESTS="tests/test_loader.py tests/test_loader_oracles.py tests/test_loader_options.py tests/test_loader_resume.py
               tests/test_loader_quasi_random.py tests/test_ledger.py tests/test_sources_ledger.py
-              tests/test_sources_decode_queue.py"
+              tests/test_fill.py"
 declare -A AREAS=(
   [order]="feedline/planning/order.py | tests/test_order.py tests/test_properties.py"
   [augment]="feedline/planning/augment.py | tests/test_augment.py tests/test_properties.py"
   [substitute]="feedline/sources/substitute.py | tests/test_substitute.py tests/test_properties.py"
   [plan]="feedline/planning/plan.py | tests/test_properties.py $LOADER_TESTS"
   [loader]="feedline/loading/loader.py feedline/core/ledger.py | $LOADER_TESTS"
-  [sources]="feedline/sources/threads.py feedline/sources/decode_queue.py feedline/sources/feed.py
-             feedline/sources/host_output.py feedline/sources/policy.py feedline/sources/normalization.py
+  [sources]="feedline/sources/fill.py feedline/sources/worker_loop.py feedline/sources/dispatch.py
+             feedline/sources/cpu_engine.py feedline/sources/feed.py
+             feedline/sources/policy.py feedline/sources/normalization.py
              feedline/sources/ring.py feedline/sources/slot.py feedline/sources/rows.py
              feedline/sources/finisher.py |
-             $LOADER_TESTS tests/test_sources_decode_queue.py tests/test_sources_feed.py tests/test_sources_host_output.py
-             tests/test_slot.py tests/test_ring.py tests/test_rows.py tests/test_finisher.py tests/test_threads.py
+             $LOADER_TESTS tests/test_cpu_engine.py tests/test_worker_loop.py tests/test_sources_feed.py
+             tests/test_sources_host_output.py tests/test_slot.py tests/test_ring.py tests/test_rows.py
+             tests/test_finisher.py tests/test_thread_workers.py
              tests/test_sources_policy.py tests/test_sources_policy_errors.py tests/test_normalize.py
              tests/test_dali_errors.py"
   [dali]="feedline/sources/dali.py feedline/sources/known_bad.py |

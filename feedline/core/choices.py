@@ -27,8 +27,8 @@ class Choice(str, Enum):
 
 
 class Engine(Choice):
-    """Who produces the batches. The per-image codec of the thread engine is chosen apart,
-    with ``decoder=`` (a name in feedline.decoders' open registry, or a Decoder)."""
+    """Who produces the batches. The per-image codec of the CPU engine (threads or processes)
+    is chosen apart, with ``decoder=`` (a name in feedline.decoders' open registry, or a Decoder)."""
 
     AUTO = "auto"        # dali on a CUDA device when DALI imports, else processes (threads for num_workers=0)
     THREADS = "threads"  # per-image decoders (decoder=) on CPU threads, a ring of batch buffers
