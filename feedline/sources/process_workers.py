@@ -28,6 +28,7 @@ import numpy as np
 from ..core.errors import WorkerError
 from .arena import Arena, SharedFd
 from .fill import SampleSpec
+from .fork_gate import GATE
 from .rows import RowFormat
 from .worker_process import process_main
 from .workers import Workers
@@ -149,7 +150,8 @@ class ProcessWorkers(Workers):
             proc = context.Process(target=process_main, name=f"feedline-worker-{k}", daemon=True,
                                    args=(k, there, spec, control, SharedFd(stack), self.count, os.getpid(),
                                          tuple(inherited) if fork else ()))
-            proc.start()
+            with GATE.forking():   # no worker thread of this process mid-sample (fork_gate.py)
+                proc.start()
             there.close()
             self.conns.append(here)
             self.procs.append(proc)

@@ -13,6 +13,7 @@ import traceback
 from ..core.errors import WorkerError
 from .arena import Arena
 from .fill import Control, SampleSpec
+from .fork_gate import GATE
 from .rows import RowFormat
 from .worker_loop import serve
 from .workers import Workers
@@ -62,7 +63,7 @@ class ThreadWorkers(Workers):
 
     def _loop(self, k: int) -> None:
         try:
-            serve(QueueInbox(k, self._inboxes[k], self._outbox), self.spec, Control(self.control, k))
+            serve(QueueInbox(k, self._inboxes[k], self._outbox), self.spec, Control(self.control, k), GATE.working)
         except BaseException as exc:   # reaches the consumer as this worker's end
             self._outbox.put((k, _Ended(exc)))
 

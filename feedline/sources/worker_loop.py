@@ -8,7 +8,8 @@ arrives (a queue of this process, a socket) is the inbox's business.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from contextlib import AbstractContextManager, nullcontext
+from typing import Callable, Protocol
 
 from .fill import ChunkDone, Control, RunSpec, SampleSpec, Synced, fill_chunk
 from .rows import RowWriter
@@ -25,8 +26,10 @@ class Inbox(Protocol):
         """The memory of an ("arena", ...) message, mapped in this worker."""
 
 
-def serve(inbox: Inbox, spec: SampleSpec, control: Control) -> None:
-    """Handle messages until the inbox says stop."""
+def serve(inbox: Inbox, spec: SampleSpec, control: Control,
+          filling: Callable[[], AbstractContextManager] = nullcontext) -> None:
+    """Handle messages until the inbox says stop; each chunk is filled inside ``filling()``
+    (a worker thread's: fork_gate.py)."""
     writers: dict[int, RowWriter] = {}
     run: RunSpec | None = None
     while (message := inbox.receive()) is not None:
@@ -36,7 +39,9 @@ def serve(inbox: Inbox, spec: SampleSpec, control: Control) -> None:
             if run is None or run.generation != chunk.generation or not control.current(chunk.generation):
                 inbox.answer(ChunkDone(chunk.ticket))   # a chunk of an abandoned run: nobody's
             else:
-                inbox.answer(fill_chunk(chunk, spec, run, writers[chunk.arena], control))
+                with filling():
+                    done = fill_chunk(chunk, spec, run, writers[chunk.arena], control)
+                inbox.answer(done)
         elif kind == "run":
             run = message[1]
         elif kind == "arena":
