@@ -138,8 +138,7 @@ class ProcessWorkers(Workers):
             raise self._keeper.error
 
     def _start_each(self, context, spec: SampleSpec) -> None:
-        """The workers, each with its end of a socket and a file for its stack; a forked
-        worker closes its copies of the consumer's ends and of the arenas' descriptors."""
+        """The workers, each with its socket end and stack file; a forked one closes its copies of ours."""
         fork = context.get_start_method() == "fork"
         control = SharedFd(self._control_arena.fd)
         for k in range(self.count):
