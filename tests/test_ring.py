@@ -42,6 +42,18 @@ def test_a_batch_that_fits_is_not_refused(monkeypatch):
     spec.check_fits((32, 32), host_ring=False)   # the engines that keep no ring on the host
 
 
+def test_the_device_batches_count_their_masks_in_the_masks_dtype():
+    """prefetch + 1 batches on a CUDA device: 3 x 2 images of 4 x 5 pixels (OutputSpec names a
+    CUDA device without touching one)."""
+    from feedline.sources.cuda_finisher import device_batches_bytes
+    bf16 = OutputSpec(dtype=torch.bfloat16, device="cuda", mask_dtype=torch.int64)
+    assert device_batches_bytes(2, 2 * 4 * 5 * 3, bf16) == 3 * 2 * 4 * 5 * 3 * 2
+    assert device_batches_bytes(2, 2 * 4 * 5 * 3, bf16, 2 * 4 * 5) == 3 * (2 * 4 * 5 * 3 * 2 + 2 * 4 * 5 * 8)
+    uint8_masks = OutputSpec(device="cuda", mask_dtype=torch.uint8)   # float32 images
+    assert device_batches_bytes(0, 60, uint8_masks, 20) == 60 * 4 + 20
+    assert device_batches_bytes(2, 60, OutputSpec(device="cpu"), 20) == 0   # nothing on a device
+
+
 def test_a_host_slot_still_held_by_the_consumer_is_made_anew_in_a_new_arena():
     w = workers()
     memory = ArenaRing(RingSpec(1, 4, OutputSpec(device="cpu"), False), (8, 6), w, None)

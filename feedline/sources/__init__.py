@@ -70,7 +70,8 @@ def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> 
         from .cuda_finisher import CudaFinisher
         from .gpu_decode import GpuDecodeBatches
         from .gpu_region import crop_streams
-        RingSpec(c.prefetch, c.batch_size, output, pin=False).check_fits(c.largest_size(), host_ring=False)
+        RingSpec(c.prefetch, c.batch_size, output, pin=False, masks=masks is not None).check_fits(c.largest_size(),
+                                                                                               host_ring=False)
         finisher = CudaFinisher(output, t, targets, Filled(normalized=False, samples_applied=False))
         return GpuDecodeBatches(store, c.num_workers, c.prefetch, targets, bad, finisher,
                                 crop_streams(store, output, c.region_decode), masks)

@@ -39,9 +39,11 @@ def hand_over(images: torch.Tensor, targets, ready: torch.cuda.Event, device: to
     return images, targets
 
 
-def device_batches_bytes(prefetch: int, batch_pixels: int, output: OutputSpec) -> int:
-    """On a CUDA device: the batches prepared ahead and the one in use, in the output dtype."""
-    return (prefetch + 1) * batch_pixels * output.dtype.itemsize if output.on_cuda else 0
+def device_batches_bytes(prefetch: int, batch_pixels: int, output: OutputSpec, mask_pixels: int = 0) -> int:
+    """On a CUDA device: the batches prepared ahead and the one in use, the images in the
+    output dtype and their masks (``mask_pixels`` a batch) in the masks' dtype."""
+    per_batch = batch_pixels * output.dtype.itemsize + mask_pixels * output.mask_dtype.itemsize
+    return (prefetch + 1) * per_batch if output.on_cuda else 0
 
 
 class CudaFinisher:

@@ -96,12 +96,14 @@ class RingSpec:
                               f"batches of {need / self.slots / GIB:,.2f} GiB for prefetch={self.prefetch}), "
                               f"but {free / GIB:,.1f} GiB is available; {advice}")
         output = self.output
-        need = device_batches_bytes(self.prefetch, self.batch_size * h * w * 3, output)
+        need = device_batches_bytes(self.prefetch, self.batch_size * h * w * 3, output,
+                                    self.batch_size * h * w if self.masks else 0)
         if need:
             free = torch.cuda.mem_get_info(torch.device(output.device))[0]
             if need > free:
+                masks = f" with masks in {output.mask_dtype}" if self.masks else ""
                 raise MemoryError(f"{what}: the batches on {output.device} need about {need / GIB:,.1f} GiB "
-                                  f"({self.prefetch + 1} batches in {output.dtype}), but "
+                                  f"({self.prefetch + 1} batches in {output.dtype}{masks}), but "
                                   f"{free / GIB:,.1f} GiB is free there; {advice}")
 
 
