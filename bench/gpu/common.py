@@ -16,6 +16,7 @@ import signal
 import statistics
 import subprocess
 import time
+from pathlib import Path
 from typing import Callable, Iterator
 
 SMOKE = {"batch_size": 8, "batches": 2, "drain": 1, "repeats": 1, "warmup": 1, "threads": 2}
@@ -118,6 +119,17 @@ def measure(batches: Iterator, count: int, drain: int, device: str, images_per_b
         next(batches)
     sync(device)
     return count * images_per_batch / (time.perf_counter() - t0)
+
+
+def timed_repeats(samples: list[float], name: str, stream: Iterator, args: argparse.Namespace, device: str,
+                  report: Callable[[list[float]], object], say=print) -> None:
+    """``--repeats`` timed runs of ``--batches`` (the first after ``--drain`` untimed ones), each
+    appended to ``samples``, said and reported as it ends: a stage cut short keeps the repeats
+    it finished."""
+    for r in range(args.repeats):
+        samples.append(measure(stream, args.batches, args.drain if r == 0 else 0, device, args.batch_size))
+        say(f"  {name}: repeat {r + 1}/{args.repeats}: {samples[-1]:,.0f} img/s")
+        report(samples)
 
 
 def interleaved(names: list[str], repeats: int, run: Callable[[str], float], failed: dict[str, str],

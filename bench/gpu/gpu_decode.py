@@ -64,11 +64,7 @@ def measure_row(name: str, args, device: str, report) -> tuple[list[float], str 
         stream = forever(lambda: loader)
         for _ in range(args.warmup):
             next(stream)
-        for r in range(args.repeats):
-            samples.append(common.measure(stream, args.batches, args.drain if r == 0 else 0, device,
-                                          args.batch_size))
-            say(f"  {name}: repeat {r + 1}/{args.repeats}: {samples[-1]:,.0f} img/s")
-            report(samples)
+        common.timed_repeats(samples, name, stream, args, device, report, say)
         stream.close()
         return samples, None, repr(getattr(loader, "source", None))
     except Exception as exc:  # not installed, not built: said in the JSON, the rest still runs

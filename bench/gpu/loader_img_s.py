@@ -93,11 +93,7 @@ def measure_row(name: str, make, args, device: str, report) -> tuple[list[float]
         check_batch(name, next(stream), args, device)
         for _ in range(args.warmup - 1):
             next(stream)
-        for r in range(args.repeats):
-            samples.append(common.measure(stream, args.batches, args.drain if r == 0 else 0, device,
-                                          args.batch_size))
-            say(f"  {name}: repeat {r + 1}/{args.repeats}: {samples[-1]:,.0f} img/s")
-            report(samples)
+        common.timed_repeats(samples, name, stream, args, device, report, say)
         stream.close()
         return samples, None, loader
     except Exception as exc:  # torchvision missing, a worker killed: said in the JSON, the others still run
