@@ -105,7 +105,7 @@ class _Batch:
     scratch carved up."""
 
     def __init__(self, x: torch.Tensor, draw: RowDraw, scratch: Scratch):
-        n, (c, h, w) = len(x), x.shape[1:]
+        n = len(x)
         self.w, self.w1 = draw.w[:, None], draw.w1[:, None]
         if draw.w.min() == draw.w.max() and draw.w1.min() == draw.w1.max():   # one pair of weights
             self.shared = (np.full((2, 1), draw.w[0]), np.full((2, 1), draw.w1[0]))
@@ -115,7 +115,7 @@ class _Batch:
         self.box = [(slice(None), slice(y0, y1), slice(x0, x1)) if cut else None
                     for (y0, y1, x0, x1), cut in zip(np.asarray(draw.boxes).tolist(), self.cut)]
         self.last = not x.is_contiguous()   # channels_last: a box kept as (h, w, c)
-        self.channels = c
+        self.channels = x.shape[1]
         flat = (x.permute(0, 2, 3, 1) if self.last else x).reshape(n, -1)
         self.direct, self.uint8 = x.dtype == torch.float32, x.dtype == torch.uint8
         self.rows = flat.numpy() if self.direct else None
