@@ -124,6 +124,19 @@ def interrupt_at(monkeypatch, src: str, k: int) -> None:
     monkeypatch.setattr(packer, "check_file", flaky)
 
 
+def interrupt_after(monkeypatch, k: int) -> None:
+    """The k-th file read, whatever the source (a folder, tars), raises KeyboardInterrupt."""
+    import converters.packer as packer
+    real, calls = packer.check_file, []
+
+    def flaky(root, rel, options):
+        calls.append(rel)
+        if len(calls) == k:
+            raise KeyboardInterrupt
+        return real(root, rel, options)
+    monkeypatch.setattr(packer, "check_file", flaky)
+
+
 def report_fields(report) -> dict:
     fields = dict(vars(report))
     for name in ("seconds", "resumed_from", "out", "error_report"):

@@ -19,71 +19,58 @@ def started(target) -> threading.Thread:
     return thread
 
 
+class Holder:
+    """A thread inside one side of the gate (``working`` or ``forking``) until released."""
+
+    def __init__(self, side, order: list, wait_s: float = 10):
+        self.order, self.inside, self.release = order, threading.Event(), threading.Event()
+
+        def hold():
+            with side():
+                self.inside.set()
+                self.release.wait(wait_s)
+                self.order.append("holder done")
+
+        self.thread = started(hold)
+        assert self.inside.wait(10)
+
+    def let_go(self) -> None:
+        self.release.set()
+        self.thread.join(10)
+
+
+def held_back(holder: Holder, side) -> None:
+    """A thread entering ``side`` waits until ``holder`` lets go, then goes in."""
+    def enter():
+        with side():
+            holder.order.append("entered")
+
+    entering = started(enter)
+    entering.join(0.3)
+    assert entering.is_alive() and holder.order == []
+    holder.let_go()
+    entering.join(10)
+    assert holder.order == ["holder done", "entered"]
+
+
 def test_a_fork_waits_for_a_worker_thread_inside_a_chunk():
-    gate, inside, release, order = ForkGate(), threading.Event(), threading.Event(), []
-
-    def chunk():
-        with gate.working():
-            inside.set()
-            release.wait(10)
-            order.append("chunk done")
-
-    def fork():
-        with gate.forking():
-            order.append("fork")
-
-    worker = started(chunk)
-    assert inside.wait(10)
-    forker = started(fork)
-    forker.join(0.3)
-    assert forker.is_alive() and order == []
-    release.set()
-    worker.join(10)
-    forker.join(10)
-    assert order == ["chunk done", "fork"]
+    gate = ForkGate()
+    held_back(Holder(gate.working, []), gate.forking)
 
 
 def test_no_chunk_starts_while_a_fork_is_under_way():
-    gate, forking, release, order = ForkGate(), threading.Event(), threading.Event(), []
-
-    def fork():
-        with gate.forking():
-            forking.set()
-            release.wait(10)
-            order.append("forked")
-
-    def chunk():
-        with gate.working():
-            order.append("chunk")
-
-    forker = started(fork)
-    assert forking.wait(10)
-    worker = started(chunk)
-    worker.join(0.3)
-    assert worker.is_alive() and order == []
-    release.set()
-    forker.join(10)
-    worker.join(10)
-    assert order == ["forked", "chunk"]
+    gate = ForkGate()
+    held_back(Holder(gate.forking, []), gate.working)
 
 
 def test_a_thread_stuck_in_a_chunk_holds_a_fork_back_only_so_long(monkeypatch):
     monkeypatch.setattr(fork_gate, "WAIT_S", 0.2)
-    gate, inside, release, order = ForkGate(), threading.Event(), threading.Event(), []
-
-    def stuck():
-        with gate.working():
-            inside.set()
-            release.wait(30)
-            order.append("chunk done")
-
-    worker = started(stuck)
-    assert inside.wait(10)
+    gate, order = ForkGate(), []
+    stuck = Holder(gate.working, order, wait_s=30)
     with gate.forking():
         order.append("fork")
-    release.set()
-    worker.join(10)
-    assert order == ["fork", "chunk done"]
+    stuck.let_go()
+    assert order == ["fork", "holder done"]
 
 
 def test_the_cpu_engines_worker_threads_fill_their_chunks_inside_the_gate(packed_lmdb):

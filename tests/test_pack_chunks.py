@@ -8,7 +8,7 @@ import logging
 import pytest
 
 import helpers_images as imgs
-from pack_helpers import committed, snapshot
+from pack_helpers import committed, interrupt_after, snapshot
 
 from converters import pack
 from converters.progress import NoBar
@@ -76,19 +76,10 @@ def test_hdf5_staged_bytes_past_the_last_commit_are_cut_on_resume(src, reference
     """Interrupted in its third chunk after records of that chunk were written: resume cuts
     them (the journal does not name them) and packs that chunk again."""
     import converters.hdf5_writer as hw
-    import converters.packer as packer
     monkeypatch.setattr(hw, "_STAGE_BYTES", 1)
-    real, seen = packer.check_file, []
-
-    def interrupted(root, rel, options):
-        seen.append(rel)
-        if len(seen) == 11:
-            raise KeyboardInterrupt
-        return real(root, rel, options)
-
     out = str(tmp_path / "o.h5")
     with monkeypatch.context() as m:
-        m.setattr(packer, "check_file", interrupted)
+        interrupt_after(m, 11)
         with pytest.raises(KeyboardInterrupt):
             pack(src, out, commit_every=4, jobs=1)
     assert committed(out) == 8

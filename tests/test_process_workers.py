@@ -286,22 +286,6 @@ def test_a_forked_worker_keeps_no_copy_of_the_consumers_sockets(packed_lmdb):
             assert not socket_inodes(proc.pid) & consumer_ends
 
 
-def sleepy(image, rng):
-    time.sleep(1.5)
-    return image
-
-
-def test_a_busy_workers_python_stack_can_be_read(packed_lmdb):
-    with FeedLoader(str(packed_lmdb), batch_size=2, size=16, num_workers=1, device="cpu", engine="processes",
-                    transforms=[sleepy], shuffle=False) as loader:
-        it = iter(loader)
-        stacks = []
-        threading.Timer(0.5, lambda: stacks.append(loader.source.workers.stack(0))).start()
-        next(it)
-        it.close()
-    assert "in sleepy" in stacks[0] and "fill_chunk" in stacks[0]
-
-
 GC_IN_A_LATER_WORKER = textwrap.dedent('''
     import gc, os, sys
     from feedline import FeedLoader

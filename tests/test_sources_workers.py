@@ -5,12 +5,14 @@ child (a copy of the owner) it does nothing."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
 from engine_helpers import epoch_plan, make_workers, queue_of, ring_of
 
-from feedline import open_dataset
+from feedline import FeedLoader, open_dataset
 from feedline.sources.feed import Feed
 
 
@@ -76,3 +78,20 @@ def test_close_in_a_forked_child_leaves_the_owners_workers_alone(packed_lmdb):
         workers.sync(10)   # and they still answer
     finally:
         workers.close()
+
+
+def sleepy(image, rng):
+    time.sleep(1.5)
+    return image
+
+
+@pytest.mark.parametrize("engine", ["threads", "processes"])
+def test_a_busy_workers_python_stack_can_be_read(packed_lmdb, engine):
+    with FeedLoader(str(packed_lmdb), batch_size=2, size=16, num_workers=1, device="cpu", engine=engine,
+                    transforms=[sleepy], shuffle=False) as loader:
+        it = iter(loader)
+        stacks = []
+        threading.Timer(0.5, lambda: stacks.append(loader.source.workers.stack(0))).start()
+        next(it)
+        it.close()
+    assert "in sleepy" in stacks[0] and "fill_chunk" in stacks[0]

@@ -1,15 +1,14 @@
 """sources/thread_workers.py: worker threads are daemons named after their work, stopped and
 joined by close(); a loop that ends by an exception is reported as that worker's end, never
-a hang; a busy thread's stack can be read."""
+a hang (a busy worker's stack: tests/test_sources_workers.py)."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from engine_helpers import make_workers
 
-from feedline import FeedLoader, open_dataset
+from feedline import open_dataset
 from feedline.core.errors import WorkerError
 
 
@@ -34,19 +33,3 @@ def test_a_loop_that_ends_by_an_exception_is_that_workers_end(packed_lmdb):
             workers.start()
     finally:
         workers.close()
-
-
-def sleepy(image, rng):
-    time.sleep(1.5)
-    return image
-
-
-def test_a_busy_threads_stack_can_be_read(packed_lmdb):
-    with FeedLoader(str(packed_lmdb), batch_size=2, size=16, num_workers=1, device="cpu", engine="threads",
-                    transforms=[sleepy], shuffle=False) as loader:
-        it = iter(loader)
-        stacks = []
-        threading.Timer(0.5, lambda: stacks.append(loader.source.workers.stack(0))).start()
-        next(it)
-        it.close()
-    assert "in sleepy" in stacks[0] and "fill_chunk" in stacks[0]

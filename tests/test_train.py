@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 from test_train_helpers import FAST, REPO, events, one_line_error, pack, run, summary, two_class_folder
+from test_train_helpers import restore_torch_globals  # noqa: F401 -- autouse: torch's globals put back
 
 from feedline.train import TrainError, checkpoint
 from feedline.train.models import build_model
@@ -23,18 +24,6 @@ def toy(tmp_path_factory):
     train = pack(two_class_folder(root / "train_src", 48, seed=1), root / "train.lmdb")
     val = pack(two_class_folder(root / "val_src", 16, seed=2), root / "val.h5")
     return {"train": str(train), "val": str(val), "root": root}
-
-
-@pytest.fixture(autouse=True)
-def _restore_torch_globals():
-    """Runs in this process flip process-wide switches (determinism, seeds): put them back."""
-    det, det_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    bench, cudnn_det = torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic
-    rng = torch.get_rng_state()
-    yield
-    torch.use_deterministic_algorithms(det, warn_only=det_warn)
-    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = bench, cudnn_det
-    torch.set_rng_state(rng)
 
 
 # -- training works ------------------------------------------------------------------------

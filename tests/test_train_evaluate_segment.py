@@ -7,21 +7,12 @@ import pytest
 import torch
 from masks_helpers import mask_folder, packed
 from test_train_helpers import FAST, events, one_line_error, run
+from test_train_helpers import restore_torch_globals  # noqa: F401 -- autouse: torch's globals put back
 
 from converters import pack
 from feedline.train.evaluate_segment import iou_per_class
 from feedline.train.models import build_model
 from feedline.train.task import IGNORE_INDEX, SEGMENTATION, FieldLoss
-
-
-@pytest.fixture(autouse=True)
-def _restore_torch_globals():
-    det, bench = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
-    rng = torch.get_rng_state()
-    yield
-    torch.use_deterministic_algorithms(det)
-    torch.backends.cudnn.benchmark = bench
-    torch.set_rng_state(rng)
 
 
 def test_iou_per_class_by_hand():

@@ -16,6 +16,7 @@ import time
 
 import cv2
 import pytest
+import torch
 
 from feedline.train.command import main as train_main
 from feedline.sample import make_image, photo_paths
@@ -29,6 +30,19 @@ FAST = ["--arch", "tiny", "--size", "32", "--batch-size", "16", "--threads", "1"
 # schedule spans 50 epochs so that no run ends before it is killed; --max-steps ends them.
 LONG = ["--epochs", "50", "--synthetic-steps", "0", "--lr", "0.1", "--log-every", "10"]
 DDP = [*FAST, "--batch-size", "8", *LONG, "--save-every", "2"]
+
+
+@pytest.fixture(autouse=True)
+def restore_torch_globals():
+    """Runs in this process flip process-wide switches (determinism, seeds): put them back.
+    Autouse in every test module that imports it."""
+    det, det_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    bench, cudnn_det = torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic
+    rng = torch.get_rng_state()
+    yield
+    torch.use_deterministic_algorithms(det, warn_only=det_warn)
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = bench, cudnn_det
+    torch.set_rng_state(rng)
 
 
 def two_class_folder(root, per_class: int, seed: int, classes=("grass", "rocket")):

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from test_train_helpers import FAST, events, one_line_error, pack, run, summary, two_class_folder
+from test_train_helpers import restore_torch_globals  # noqa: F401 -- autouse: torch's globals put back
 
 from feedline.planning.size_schedule import ProgressiveSize
 from feedline.planning.augment import AugmentSpec
@@ -17,13 +18,6 @@ from feedline.transforms import ColorJitter, Mixup, TimmRandAugment, TimmRandomE
 
 RECIPE = ["--aa", "rand-m9-mstd0.5-inc1", "--color-jitter", "0.3", "--reprob", "0.25", "--mixup", "0.8", "--cutmix", "1.0",
           "--mixup-switch-prob", "0.5", "--label-smoothing", "0.1"]
-
-
-@pytest.fixture(autouse=True)
-def _restore_torch_globals():
-    rng = torch.get_rng_state()
-    yield
-    torch.set_rng_state(rng)
 
 
 @pytest.mark.parametrize("value, parsed", [("rand-m9-n2", ("rand", "rand-m9-n2")), ("rand-m7", ("rand", "rand-m7")),

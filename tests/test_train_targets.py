@@ -11,22 +11,13 @@ import pytest
 import torch
 from test_train_helpers import (FAST, REPO, events, one_line_error, run, subprocess_env, summary, torchrun,
                                 two_class_folder)
+from test_train_helpers import restore_torch_globals  # noqa: F401 -- autouse: torch's globals put back
 
 from converters import pack
 from feedline import FeedLoader
 from feedline.train import checkpoint
 from feedline.train.evaluate_targets import BINS, average_precision
 from feedline.train.models import build_model
-
-
-@pytest.fixture(autouse=True)
-def _restore_torch_globals():
-    det, bench = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
-    rng = torch.get_rng_state()
-    yield
-    torch.use_deterministic_algorithms(det)
-    torch.backends.cudnn.benchmark = bench
-    torch.set_rng_state(rng)
 
 
 def labelled_pack(root, name: str, per_class: int, seed: int, row, ext: str, drop: str | None = None) -> str:

@@ -7,6 +7,7 @@ import os
 import tarfile
 
 import pytest
+from pack_helpers import interrupt_after
 
 from converters import pack
 from feedline.core.errors import FeedlineError, PackError
@@ -175,18 +176,10 @@ def test_images_without_a_label_are_counted_and_named(photo_folder, tmp_path, ca
 def test_a_fresh_pack_does_not_take_images_staged_for_an_earlier_one(photo_folder, tmp_path, monkeypatch):
     """An interrupted pack of two tars leaves its staging folder (for --resume); a new pack of
     one tar into the same OUT packs that tar alone, with nothing listed as not in the labels."""
-    import converters.packer as packer
     tars, expected = write_tars(photo_folder, tmp_path)
     out = str(tmp_path / "o.lmdb")
-    real, calls = packer.check_file, []
-
-    def interrupted(root, rel, options):
-        calls.append(rel)
-        if len(calls) == 30:
-            raise KeyboardInterrupt
-        return real(root, rel, options)
     with monkeypatch.context() as m:
-        m.setattr(packer, "check_file", interrupted)
+        interrupt_after(m, 30)
         with pytest.raises(KeyboardInterrupt):
             pack(tars, out, progress=False, commit_every=8, jobs=1)
     report = pack(tars[:1], out, progress=False)
@@ -195,19 +188,11 @@ def test_a_fresh_pack_does_not_take_images_staged_for_an_earlier_one(photo_folde
 
 
 def test_an_interrupted_pack_of_tars_resumes_to_the_uninterrupted_one(photo_folder, tmp_path, monkeypatch):
-    import converters.packer as packer
     tars, _ = write_tars(photo_folder, tmp_path)
     whole = packed(tars, tmp_path / "whole.h5")
     out = str(tmp_path / "o.h5")
-    real, calls = packer.check_file, []
-
-    def interrupted(root, rel, options):
-        calls.append(rel)
-        if len(calls) == 30:
-            raise KeyboardInterrupt
-        return real(root, rel, options)
     with monkeypatch.context() as m:
-        m.setattr(packer, "check_file", interrupted)
+        interrupt_after(m, 30)
         with pytest.raises(KeyboardInterrupt):
             pack(tars, out, progress=False, commit_every=8, jobs=1)
     report = pack(tars, out, progress=False, commit_every=8, jobs=1, resume=True)
