@@ -36,11 +36,11 @@ def ring_of(workers, epoch: EpochPlan, slots_ahead=1, output=HOST, targets=None)
     return ArenaRing(RingSpec(slots_ahead, epoch.batch_size, output, pin=False), epoch.spec.size, workers, targets)
 
 
-def queue_of(workers, memory: ArenaRing, epoch: EpochPlan, stats=None, on_error=OnError.RAISE, targets=None):
+def queue_of(workers, epoch: EpochPlan, stats=None, on_error=OnError.RAISE, targets=None):
     stats = stats if stats is not None else LoaderStats()
     workers.start()
     policy = BadRecordPolicy(workers.spec.store, on_error, epoch, stats.ledger)
-    return ChunkQueue(workers, memory.arena_of, epoch, policy, stats, targets)
+    return ChunkQueue(workers, epoch, policy, stats, targets)
 
 
 def damaged_copy(folder, tmp_path, rels) -> str:

@@ -224,7 +224,7 @@ def test_a_host_slot_is_released_when_the_batch_after_next_is_asked_for(packed_l
     workers = make_workers(store)
     memory = ring_of(workers, epoch)
     try:
-        feed = RecordingFeed(queue_of(workers, memory, epoch), epoch.batches(store.labels, store.sizes), memory.ring)
+        feed = RecordingFeed(queue_of(workers, epoch), epoch.batches(store.labels, store.sizes), memory.ring)
         stats = LoaderStats()
         for k, (images, labels) in enumerate(deliver(feed, HostFinisher(HOST, None, None, Filled(True, True)), stats)):
             assert feed.released == list(range(max(0, k - 1))), f"batch {k}"

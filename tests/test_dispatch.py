@@ -38,7 +38,7 @@ def test_a_slot_comes_back_filled_with_its_plans_pixels(photo_folder, kind):
     send = workers.send
     workers.send = lambda chunk: sent.append(len(chunk.indices)) or send(chunk)
     try:
-        queue = queue_of(workers, memory, epoch)
+        queue = queue_of(workers, epoch)
         plans = list(epoch.batches(store.labels, store.sizes))[:2]
         slots = [filled(queue, memory, plan) for plan in plans]
         assert [queue.next_filled() for _ in plans] == slots and queue.next_filled() is None
@@ -65,7 +65,7 @@ def test_a_substitute_is_recorded_as_the_worker_reported_it(photo_folder, tmp_pa
     workers = make_workers(store, kind, substitute=True)
     memory = ring_of(workers, epoch)
     try:
-        queue = queue_of(workers, memory, epoch, stats, OnError.SUBSTITUTE)
+        queue = queue_of(workers, epoch, stats, OnError.SUBSTITUTE)
         plan = next(epoch.batches(store.labels, store.sizes))
         slot = filled(queue, memory, plan)
         assert queue.next_filled() is slot
@@ -90,7 +90,7 @@ def test_a_bad_record_is_raised_when_its_batch_is_due(photo_folder, tmp_path, ki
     workers = make_workers(store, kind)
     memory = ring_of(workers, epoch)
     try:
-        queue = queue_of(workers, memory, epoch, stats)
+        queue = queue_of(workers, epoch, stats)
         plans = list(epoch.batches(store.labels, store.sizes))[:2]
         first = filled(queue, memory, plans[0])
         filled(queue, memory, plans[1])
@@ -114,7 +114,7 @@ def test_a_users_exception_names_the_worker_and_the_record(photo_folder, kind):
     workers = make_workers(store, kind, count=1, transforms=SampleTransforms([fails]))   # one: row 0 fails first
     memory = ring_of(workers, epoch)
     try:
-        queue = queue_of(workers, memory, epoch)
+        queue = queue_of(workers, epoch)
         filled(queue, memory, next(epoch.batches(store.labels, store.sizes)))
         with pytest.raises(ValueError, match="the user's bug") as info:
             queue.next_filled()

@@ -139,15 +139,27 @@ def test_interrupts_anywhere_in_the_loop_leave_a_loader_that_still_works(packed_
     with FeedLoader(str(packed_lmdb), engine="processes", **options) as loader:
         expected = [(x.clone(), y.clone()) for x, y in loader]
 
+        def epochs_until_interrupted():
+            try:
+                while True:
+                    for _ in loader:
+                        pass
+            except KeyboardInterrupt:
+                pass
+        caught_at = epochs_until_interrupted.__code__.co_firstlineno + 5   # the line of its except
+
         def interrupt(signum, frame):
-            while frame is not None and frame.f_code.co_filename != __file__:
+            """Raise only inside the loop of epochs_until_interrupted(): one landing in its except
+            clause or in this test's own lines would end the test, not the loop."""
+            while frame is not None and frame.f_code is not epochs_until_interrupted.__code__:
                 if "_pytest" in frame.f_code.co_filename:
                     return   # inside pytest's own hooks (reporting a swallowed one): the next alarm
                 if frame.f_code.co_filename.endswith(os.path.join("logging", "__init__.py")):
                     return   # logging's at-fork lock release: cut there, logging stays locked for
                              # the rest of the test session (Python's, not the loader's, to guard)
                 frame = frame.f_back
-            raise KeyboardInterrupt
+            if frame is not None and frame.f_lineno < caught_at:
+                raise KeyboardInterrupt
 
         draw = random.Random(0)
         previous = signal.signal(signal.SIGALRM, interrupt)
@@ -155,12 +167,8 @@ def test_interrupts_anywhere_in_the_loop_leave_a_loader_that_still_works(packed_
             for _ in range(40):
                 # again every 20 ms: one that lands in a finalizer is swallowed there, as Python does
                 signal.setitimer(signal.ITIMER_REAL, draw.uniform(0.0005, 0.05), 0.02)
-                try:
-                    while True:
-                        for _ in loader:
-                            pass
-                except KeyboardInterrupt:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
+                epochs_until_interrupted()
+                signal.setitimer(signal.ITIMER_REAL, 0)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
@@ -168,6 +176,90 @@ def test_interrupts_anywhere_in_the_loop_leave_a_loader_that_still_works(packed_
         got = [(x.clone(), y.clone()) for x, y in loader]
     assert len(got) == len(expected) == 12
     assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, expected))
+
+
+@pytest.mark.parametrize("cut", ["give_arena", "drop_arena"])
+def test_a_ctrl_c_while_a_held_batchs_slot_is_made_anew_leaves_the_next_epoch_whole(packed_lmdb, monkeypatch, cut):
+    """A batch the consumer keeps has its Slot made anew in a new arena; a Ctrl-C right after
+    the workers were given the new arena (or forgot the old one), before the Slot took its
+    place, must leave the ring's Slots and the arenas the workers write into the same."""
+    import torch
+
+    from feedline.sources.workers import Workers
+    options = dict(batch_size=4, shuffle=True, size=32, num_workers=2, device="cpu", train=True, seed=5)
+    with FeedLoader(str(packed_lmdb), engine="processes", **options) as loader:
+        expected = [(x.clone(), y.clone()) for x, y in loader]
+        original = getattr(Workers, cut)
+
+        def then_interrupt(self, *args):
+            original(self, *args)
+            monkeypatch.setattr(Workers, cut, original)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(Workers, cut, then_interrupt)
+        kept = []
+        with pytest.raises(KeyboardInterrupt):
+            for x, _ in loader:
+                kept.append(x)
+        del kept, x
+        loader.set_epoch(0)
+        got = [(x.clone(), y.clone()) for x, y in loader]
+        assert set(loader.source.workers._arenas) == {s.arena for s in loader.source.memory.ring.made()}
+    assert len(got) == len(expected) == 12
+    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, expected))
+
+
+def test_a_ctrl_c_before_the_workers_keeper_started_leaves_nothing_to_wait_for(packed_lmdb, monkeypatch):
+    """Workers started anew (after a run cut short) are started from a keeper thread; a Ctrl-C
+    between the keeper's making and its start() must not leave the next start waiting for it."""
+    import torch
+
+    from feedline.sources.process_workers import _Keeper
+    options = dict(batch_size=4, shuffle=True, size=32, num_workers=2, device="cpu", train=True, seed=5)
+    with FeedLoader(str(packed_lmdb), engine="processes", **options) as loader:
+        expected = [(x.clone(), y.clone()) for x, y in loader]
+        loader.source.workers.end_run(whole=False)   # as after a run cut short: the next run starts new ones
+        original = _Keeper.start
+
+        def interrupted(self):
+            monkeypatch.setattr(_Keeper, "start", original)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(_Keeper, "start", interrupted)
+        loader.set_epoch(0)
+        with pytest.raises(KeyboardInterrupt):
+            next(iter(loader))
+        loader.set_epoch(0)
+        got = [(x.clone(), y.clone()) for x, y in loader]
+        assert len(loader.source.workers.procs) == 2
+    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, expected, strict=True))
+
+
+def test_a_ctrl_c_inside_a_workers_close_is_finished_by_the_next_stop(packed_lmdb, monkeypatch):
+    """Process.close() forgets the process (no pid) before it marks itself closed; a Ctrl-C
+    between the two leaves a process that can neither be joined nor closed again."""
+    import multiprocessing.process
+
+    import torch
+
+    children = multiprocessing.process._children
+
+    class CutOnce(set):   # the set of children, whose discard() comes between the two in close()
+        def discard(self, item):
+            children.discard(item)
+            if sys._getframe(1).f_code.co_name == "close":
+                monkeypatch.setattr(multiprocessing.process, "_children", children)
+                raise KeyboardInterrupt
+
+    options = dict(batch_size=4, shuffle=True, size=32, num_workers=2, device="cpu", train=True, seed=5)
+    with FeedLoader(str(packed_lmdb), engine="processes", **options) as loader:
+        expected = [(x.clone(), y.clone()) for x, y in loader]
+        monkeypatch.setattr(multiprocessing.process, "_children", CutOnce(children))
+        with pytest.raises(KeyboardInterrupt):
+            loader.source.workers.end_run(whole=False)   # a run cut short: its workers are stopped
+        loader.set_epoch(0)
+        got = [(x.clone(), y.clone()) for x, y in loader]
+    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, expected, strict=True))
 
 
 def test_close_joins_every_worker(packed_lmdb):

@@ -59,12 +59,12 @@ def test_a_host_slot_still_held_by_the_consumer_is_made_anew_in_a_new_arena():
     memory = ArenaRing(RingSpec(1, 4, OutputSpec(device="cpu"), False), (8, 6), w, None)
     slot = memory.ring.slot(0)
     assert slot.images.shape == (4, 3, 8, 6) and slot.images.dtype == torch.float32
-    first = memory.arena_of[0]
+    first = slot.arena
     assert memory.ring.slot(0) is slot and memory.ring.fresh == 0      # nobody else holds it: reused
     held = slot.images[:2]
     again = memory.ring.slot(0)
-    assert again is not slot and memory.ring.fresh == 1 and memory.arena_of[0] != first
-    assert set(w._arenas) == {memory.arena_of[0]}                      # the old arena is forgotten
+    assert again is not slot and memory.ring.fresh == 1 and again.arena != first
+    assert set(w._arenas) == {again.arena}                             # the old arena is forgotten
     assert again.images.data_ptr() != held.data_ptr()
     held[:] = 1                                                        # still the consumer's to use
     del held, slot
@@ -97,7 +97,7 @@ def test_a_resized_ring_drops_the_old_arenas_first():
     bigger = memory.resized((16, 12))
     assert w._arenas == {} and bigger.ring.size == (16, 12)
     assert bigger.ring.slot(0).images.shape == (2, 3, 16, 12) and len(w._arenas) == 1
-    assert np.array_equal(list(w._arenas), list(bigger.arena_of.values()))
+    assert list(w._arenas) == [bigger.ring.slot(0).arena]
 
 
 def test_host_slots_of_a_loader_are_unpinned_views_of_their_arenas_and_cuda_is_not_touched(packed_lmdb):
@@ -147,7 +147,8 @@ def test_masks_sit_after_the_pixels_in_the_arena_the_workers_write():
     mask = slot.targets["mask"]
     assert mask.shape == (4, 8, 6) and mask.dtype == torch.int16
     from feedline.sources.rows import RowWriter
-    rows = RowWriter(w._arenas[memory.arena_of[0]][0], w._arenas[memory.arena_of[0]][1].memory)
+    fmt, arena = w._arenas[slot.arena]
+    rows = RowWriter(fmt, arena.memory)
     rows.mask(2)[...] = np.arange(48).reshape(8, 6)
     rows.write(2, np.full((8, 6, 3), 255, np.uint8))
     assert torch.equal(mask[2], torch.arange(48, dtype=torch.int16).reshape(8, 6))

@@ -35,7 +35,7 @@ def test_plans_are_drawn_by_the_consumer_only_as_slots_free(packed_lmdb, kind):
     workers = make_workers(store, kind)
     memory = ring_of(workers, epoch)
     try:
-        feed = Feed(queue_of(workers, memory, epoch), plans(), memory.ring)
+        feed = Feed(queue_of(workers, epoch), plans(), memory.ring)
         first = feed.next_filled()
         assert first.plan.number == 0 and len(drawn_on) == 3
         feed.release(first)
@@ -60,7 +60,7 @@ def test_an_error_while_planning_reaches_the_consumer_after_the_batches_before_i
     memory = ring_of(workers, epoch)
     got = []
     try:
-        feed = Feed(queue_of(workers, memory, epoch), plans(), memory.ring)
+        feed = Feed(queue_of(workers, epoch), plans(), memory.ring)
         with pytest.raises(RuntimeError, match="batch 2"):
             while (slot := feed.next_filled()) is not None:
                 got.append(slot.plan.number)
@@ -86,7 +86,7 @@ def test_a_batch_that_cannot_be_allocated_fails_in_order_instead_of_going_missin
         return make(number)
 
     memory.ring._make = short_of_memory
-    feed = Feed(queue_of(workers, memory, epoch), epoch.batches(store.labels, store.sizes), memory.ring)
+    feed = Feed(queue_of(workers, epoch), epoch.batches(store.labels, store.sizes), memory.ring)
     got, errors = [], []
 
     def consume():

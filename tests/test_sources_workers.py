@@ -18,7 +18,7 @@ from feedline.sources.feed import Feed
 
 def epoch_of(workers, memory, epoch):
     store = workers.spec.store
-    feed = Feed(queue_of(workers, memory, epoch), epoch.batches(store.labels, store.sizes), memory.ring)
+    feed = Feed(queue_of(workers, epoch), epoch.batches(store.labels, store.sizes), memory.ring)
     got = []
     while (slot := feed.next_filled()) is not None:
         got.append(slot.images.clone())
@@ -41,7 +41,7 @@ def test_workers_live_across_runs_and_are_renewed_after_one_cut_short(packed_lmd
         workers.end_run(whole=True)
         assert (workers.procs if kind == "processes" else workers._threads) == started   # the same workers
         workers.end_run(whole=False) if workers.running else None
-        queue_of(workers, memory, epoch)   # a run begun ...
+        queue_of(workers, epoch)   # a run begun ...
         workers.end_run(whole=False)       # ... and cut short: stopped
         assert not workers.running and (workers.procs if kind == "processes" else workers._threads) == []
         renewed = epoch_of(workers, memory, epoch)   # new workers, given the ring's arenas again

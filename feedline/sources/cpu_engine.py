@@ -58,8 +58,7 @@ class CpuBatches:
         policy = self.bad_records.policy(epoch, stats.ledger)
         # The read-ahead hints the store about the runs read next: speed, never data.
         with read_ahead(store, epoch, start, samples) as ahead:
-            queue = ChunkQueue(self.workers, self.memory.arena_of, epoch, policy, stats, self.targets,
-                               self.timeout_s)
+            queue = ChunkQueue(self.workers, epoch, policy, stats, self.targets, self.timeout_s)
             feed = Feed(queue, ahead.follow(plans), self.memory.ring, self.targets)
             whole = False
             try:

@@ -34,9 +34,9 @@ class _Job:
 class ChunkQueue:
     """Chunks of each submitted Slot to the workers, filled Slots back in order."""
 
-    def __init__(self, workers: Workers, arena_of: dict[int, int], epoch: EpochPlan, policy: BadRecordPolicy,
-                 stats: LoaderStats, targets: TargetSpec | None, timeout_s: float = 0.0):
-        self._workers, self._arena_of = workers, arena_of
+    def __init__(self, workers: Workers, epoch: EpochPlan, policy: BadRecordPolicy, stats: LoaderStats,
+                 targets: TargetSpec | None, timeout_s: float = 0.0):
+        self._workers = workers
         self._policy, self._stats, self._targets = policy, stats, targets
         self._jobs: collections.deque[_Job] = collections.deque()
         self._pending: dict[int, _Job] = {}
@@ -55,13 +55,12 @@ class ChunkQueue:
         per = max(1, -(-n // (self._workers.count * CHUNKS_PER_WORKER)))
         job = _Job(slot, 0)
         self._jobs.append(job)
-        arena = self._arena_of[slot.number]
         for first in range(0, n, per):
             stop = min(n, first + per)
             ticket = next(self._tickets)
             self._pending[ticket] = job
             job.left += 1
-            k = self._workers.send(Chunk(ticket, self.run.generation, arena, first, plan.indices[first:stop],
+            k = self._workers.send(Chunk(ticket, self.run.generation, slot.arena, first, plan.indices[first:stop],
                                          plan.boxes[first:stop], plan.flips[first:stop]))
             self._watchdog.sent(ticket, k)
 

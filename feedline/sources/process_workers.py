@@ -78,16 +78,37 @@ def death_report(k: int, pid: int, code: int | None, record: str) -> WorkerError
                        "make a new FeedLoader", signum=signum)
 
 
+def end_process(proc: multiprocessing.Process, kill: bool) -> None:
+    """Join ``proc``, told to stop (killed after JOIN_S if it has not; at once with ``kill``),
+    and close it. What an end that a Ctrl-C cut short left undone is done."""
+    try:
+        if proc.pid is None:   # a close that a Ctrl-C cut short had joined it
+            return
+        if kill and proc.is_alive():
+            proc.kill()
+        proc.join(JOIN_S)
+        if proc.is_alive():
+            log.warning("feedline worker %s did not stop within %.0f s: killed", proc.name, JOIN_S)
+            proc.kill()
+            proc.join()
+        proc.close()
+    except ValueError:   # closed already
+        pass
+
+
 class _Keeper(threading.Thread):
     """The thread the workers are started from, alive until they are stopped: a worker's
-    PR_SET_PDEATHSIG fires when the thread that started it ends. Plain locks, not events:
-    a Ctrl-C while the consumer waits on one leaves nothing half done."""
+    PR_SET_PDEATHSIG fires when the thread that started it ends. The consumer polls a flag
+    and holds no lock the keeper must release: a Ctrl-C anywhere, even between the keeper's
+    making and its start(), leaves nothing to wait for forever."""
+
+    LAUNCH_S = 0.1   # a thread given to start() has its ident within this
 
     def __init__(self, start_workers):
         super().__init__(name="feedline-workers", daemon=True)
         self._start_workers, self.error = start_workers, None
-        self.starting, self.staying = threading.Lock(), threading.Lock()
-        self.starting.acquire()
+        self.started = False                     # the workers are started, or failed to be (``error``)
+        self.staying = threading.Lock()
         self.staying.acquire()
 
     def run(self) -> None:
@@ -97,18 +118,23 @@ class _Keeper(threading.Thread):
             self.error = exc
         finally:
             self._start_workers = None   # holds the workers' owner: let it be collected
-            self.starting.release()
+            self.started = True
         self.staying.acquire()
 
     def wait_started(self) -> None:
-        with self.starting:
-            pass
+        """Until the workers are started; at once for a keeper that was never started."""
+        unlaunched_after = time.monotonic() + self.LAUNCH_S
+        while not self.started:
+            if self.ident is None and time.monotonic() > unlaunched_after:
+                return
+            time.sleep(0.001)
 
     def leave(self) -> None:
         self.wait_started()   # no worker is being started any more
         if self.staying.locked():   # not released yet by a leave() that a Ctrl-C cut short
             self.staying.release()
-        self.join()
+        if self.ident is not None:
+            self.join()
 
 
 class ProcessWorkers(Workers):
@@ -209,18 +235,7 @@ class ProcessWorkers(Workers):
             except OSError:
                 pass
         while self.procs:
-            proc = self.procs[-1]
-            try:
-                if kill and proc.is_alive():
-                    proc.kill()
-                proc.join(JOIN_S)
-                if proc.is_alive():
-                    log.warning("feedline worker %s did not stop within %.0f s: killed", proc.name, JOIN_S)
-                    proc.kill()
-                    proc.join()
-                proc.close()
-            except ValueError:   # closed by a stop that a Ctrl-C cut short
-                pass
+            end_process(self.procs[-1], kill)
             self.procs.pop()
         while self.conns:
             self.conns.pop().close()

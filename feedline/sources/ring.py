@@ -109,34 +109,44 @@ class RingSpec:
 
 class Ring:
     """Makes the Slot of each ring position; ``reuse_held=False`` makes a position's Slot
-    anew whenever anything besides the ring holds one of its tensors."""
+    anew whenever anything besides the ring holds one of its tensors. ``on_made()`` is
+    called each time a Slot made anew has taken its position."""
 
-    def __init__(self, slots: int, size: tuple[int, int], make: Callable[[int], Slot], reuse_held: bool):
+    def __init__(self, slots: int, size: tuple[int, int], make: Callable[[int], Slot], reuse_held: bool,
+                 on_made: Callable[[], None] = lambda: None):
         self.slots, self.size = slots, tuple(size)
         self.fresh = 0                     # slots made anew because the old tensors were held
-        self._make, self._reuse_held = make, reuse_held
-        self._made: list[Slot | None] = [None] * slots
-        self._alone: list[list[int | None]] = [[] for _ in range(slots)]   # users of each tensor, ring alone
+        self._make, self._reuse_held, self._on_made = make, reuse_held, on_made
+        # each position's Slot, with the users of each of its tensors when the ring alone held them
+        self._made: list[tuple[Slot, list[int | None]] | None] = [None] * slots
 
     def slot(self, number: int) -> Slot:
         """Slot ``number``, ready to be planned into."""
-        slot = self._made[number]
-        if slot is None or (not self._reuse_held and self._held(number)):
-            self.fresh += slot is not None
-            slot = self._made[number] = self._make(number)
-            self._alone[number] = [memory_users(t) for t in slot.tensors()]
-        return slot
+        made = self._made[number]
+        if made is None or (not self._reuse_held and self._held(*made)):
+            self.fresh += made is not None
+            slot = self._make(number)
+            # One store: a Ctrl-C leaves the old Slot in place or the new one, never a mix of the two.
+            self._made[number] = made = (slot, [memory_users(t) for t in slot.tensors()])
+            self._on_made()
+        return made[0]
 
-    def _held(self, number: int) -> bool:
-        """Whether anything besides the ring holds a tensor of the slot (True when PyTorch cannot tell)."""
-        now = [memory_users(t) for t in self._made[number].tensors()]
-        return any(u is None or a is None or u > a for u, a in zip(now, self._alone[number], strict=True))
+    def made(self) -> list[Slot]:
+        """The Slots in the ring's positions."""
+        return [made[0] for made in self._made if made is not None]
+
+    @staticmethod
+    def _held(slot: Slot, alone: list[int | None]) -> bool:
+        """Whether anything besides the ring holds a tensor of ``slot`` (True when PyTorch cannot tell)."""
+        now = [memory_users(t) for t in slot.tensors()]
+        return any(u is None or a is None or u > a for u, a in zip(now, alone, strict=True))
 
 
 class ArenaRing:
     """The ring's Slots at one size, each in an arena of its own that every worker maps.
-    A Slot made anew gets a new arena; the workers forget the old one, whose memory goes
-    when the consumer lets go of it."""
+    A Slot made anew gets a new arena; the workers then forget every arena no Slot of the
+    ring is in (the old one; one given for a Slot that a Ctrl-C cut short), whose memory
+    goes when the consumer lets go of it."""
 
     def __init__(self, spec: RingSpec, size: tuple[int, int], workers: Workers, targets: TargetSpec | None,
                  pinning: HostPinning | None = None):
@@ -146,17 +156,17 @@ class ArenaRing:
             pinning = HostPinning(spec.output.device if spec.output.on_cuda else "cuda")
         self.spec, self.workers, self.targets, self.pinning = spec, workers, targets, pinning
         self.format = row_format(spec.output, spec.batch_size, size, spec.masks)
-        self.arena_of: dict[int, int] = {}       # ring position -> arena number
+        self._given: set[int] = set()          # the arenas given to the workers, by number
         self._numbers = itertools.count()
-        self.ring = Ring(spec.slots, size, self._make, reuse_held=spec.output.on_cuda)
+        self.ring = Ring(spec.slots, size, self._make, reuse_held=spec.output.on_cuda,
+                         on_made=self._forget_unused)
 
     def _make(self, number: int) -> Slot:
         fmt, spec = self.format, self.spec
         arena = Arena(fmt.nbytes, shared=self.workers.shares_memory)
-        old, self.arena_of[number] = self.arena_of.get(number), next(self._numbers)
-        self.workers.give_arena(self.arena_of[number], fmt, arena)
-        if old is not None:
-            self.workers.drop_arena(old)
+        arena_number = next(self._numbers)
+        self._given.add(arena_number)   # first: a give cut short is still forgotten later
+        self.workers.give_arena(arena_number, fmt, arena)
         if self.pinning is not None:
             whole = self.pinning.tensor(arena.memory, fmt.nbytes)
         else:
@@ -170,12 +180,19 @@ class ArenaRing:
         if fmt.mask_dtype is not None:   # written by the workers beside the pixels, handed over as they are
             masks = whole[fmt.mask_offset:fmt.nbytes].view(getattr(torch, fmt.mask_dtype)).view(fmt.mask_shape)
             targets = {**(targets or {}), "mask": masks}
-        return Slot(number, images, labels, targets, fmt.size)
+        return Slot(number, images, labels, targets, fmt.size, arena=arena_number)
+
+    def _forget_unused(self) -> None:
+        """The workers forget every arena no Slot of the ring is in."""
+        self._forget(self._given - {slot.arena for slot in self.ring.made()})
+
+    def _forget(self, numbers: set[int]) -> None:
+        for number in sorted(numbers):
+            self.workers.drop_arena(number)
+            self._given.discard(number)   # after: a drop cut short is done again, and a second one does nothing
 
     def resized(self, size: tuple[int, int]) -> "ArenaRing":
         """A ring at ``size`` in place of this one (a size schedule moved), this one's arenas
         dropped first: memory is that of the current size, never the sum of all sizes."""
-        for arena in self.arena_of.values():
-            self.workers.drop_arena(arena)
-        self.arena_of.clear()
+        self._forget(self._given)
         return ArenaRing(self.spec, size, self.workers, self.targets, self.pinning)

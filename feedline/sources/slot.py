@@ -33,6 +33,7 @@ class Slot:
     size: tuple[int, int]
     plan: BatchPlan | None = None                    # the batch planned into it
     decoded: np.ndarray | None = None                # the records actually decoded: substitutes in place of bad ones
+    arena: int | None = None                         # the CPU engine's: the arena, by number, its rows are written into
     # numpy views of the host memory the consumer writes (labels, targets): no copies
     label_rows: np.ndarray | None = field(init=False, default=None)
     target_rows: dict[str, np.ndarray] | None = field(init=False, default=None)

@@ -97,7 +97,7 @@ class ThreadWorkers(Workers):
             inbox.put(("stop",))
         while self._threads:
             thread = self._threads.pop()
-            if thread is not threading.current_thread():
+            if thread.is_alive() and thread is not threading.current_thread():   # not one a Ctrl-C kept from starting
                 thread.join()
 
     def name(self, k: int) -> str:

@@ -86,9 +86,12 @@ class Workers:
                 self._post_arena(k, number, fmt, arena)
 
     def drop_arena(self, number: int) -> None:
-        """The workers forget arena ``number``; its memory goes with the last tensor over it."""
-        _, arena = self._arenas.pop(number)
-        arena.close_fd()
+        """The workers forget arena ``number`` (if they had it); its memory goes with the last
+        tensor over it."""
+        given = self._arenas.pop(number, None)
+        if given is None:   # dropped already by a drop that a Ctrl-C cut short, or never given
+            return
+        given[1].close_fd()
         if self.running:
             for k in range(self.count):
                 self._post(k, ("drop", number))
