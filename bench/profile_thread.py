@@ -126,8 +126,7 @@ def queue_overhead(n_batches: int) -> float:
     stats = LoaderStats()
     workers.start()
     try:
-        queue = ChunkQueue(workers, memory.arena_of, epoch, BadRecordPolicy(None, OnError.RAISE, epoch, stats.ledger),
-                           stats, None)
+        queue = ChunkQueue(workers, epoch, BadRecordPolicy(None, OnError.RAISE, epoch, stats.ledger), stats, None)
         plans = [BatchPlan(0, number, np.arange(BATCH), np.tile([0, 0, 224, 224], (BATCH, 1)),
                            np.zeros(BATCH, bool), np.zeros(BATCH, np.int64)) for number in range(n_batches)]
         slots = [memory.ring.slot(number) for number in range(n_batches)]
