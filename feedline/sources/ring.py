@@ -156,7 +156,6 @@ class ArenaRing:
             pinning = HostPinning(spec.output.device if spec.output.on_cuda else "cuda")
         self.spec, self.workers, self.targets, self.pinning = spec, workers, targets, pinning
         self.format = row_format(spec.output, spec.batch_size, size, spec.masks)
-        self._given: set[int] = set()          # the arenas given to the workers, by number
         self._numbers = itertools.count()
         self.ring = Ring(spec.slots, size, self._make, reuse_held=spec.output.on_cuda,
                          on_made=self._forget_unused)
@@ -165,7 +164,6 @@ class ArenaRing:
         fmt, spec = self.format, self.spec
         arena = Arena(fmt.nbytes, shared=self.workers.shares_memory)
         arena_number = next(self._numbers)
-        self._given.add(arena_number)   # first: a give cut short is still forgotten later
         self.workers.give_arena(arena_number, fmt, arena)
         if self.pinning is not None:
             whole = self.pinning.tensor(arena.memory, fmt.nbytes)
@@ -183,16 +181,15 @@ class ArenaRing:
         return Slot(number, images, labels, targets, fmt.size, arena=arena_number)
 
     def _forget_unused(self) -> None:
-        """The workers forget every arena no Slot of the ring is in."""
-        self._forget(self._given - {slot.arena for slot in self.ring.made()})
+        """The workers forget every arena no Slot of the ring is in (the workers serve one ring)."""
+        self._forget_all_but({slot.arena for slot in self.ring.made()})
 
-    def _forget(self, numbers: set[int]) -> None:
-        for number in sorted(numbers):
+    def _forget_all_but(self, kept: set[int]) -> None:
+        for number in sorted(self.workers.arena_numbers() - kept):
             self.workers.drop_arena(number)
-            self._given.discard(number)   # after: a drop cut short is done again, and a second one does nothing
 
     def resized(self, size: tuple[int, int]) -> "ArenaRing":
         """A ring at ``size`` in place of this one (a size schedule moved), this one's arenas
         dropped first: memory is that of the current size, never the sum of all sizes."""
-        self._forget(self._given)
+        self._forget_all_but(set())
         return ArenaRing(self.spec, size, self.workers, self.targets, self.pinning)

@@ -85,13 +85,14 @@ class Workers:
             for k in range(self.count):
                 self._post_arena(k, number, fmt, arena)
 
+    def arena_numbers(self) -> set[int]:
+        """The arenas the workers map (and are given when started anew), by number."""
+        return set(self._arenas)
+
     def drop_arena(self, number: int) -> None:
-        """The workers forget arena ``number`` (if they had it); its memory goes with the last
-        tensor over it."""
-        given = self._arenas.pop(number, None)
-        if given is None:   # dropped already by a drop that a Ctrl-C cut short, or never given
-            return
-        given[1].close_fd()
+        """The workers forget arena ``number``; its memory goes with the last tensor over it."""
+        _, arena = self._arenas.pop(number)
+        arena.close_fd()
         if self.running:
             for k in range(self.count):
                 self._post(k, ("drop", number))
