@@ -20,6 +20,22 @@ from feedline import FeedLoader
 from feedline.core.errors import WorkerError
 
 
+# A shuffled training loader of 12 batches, for the tests that compare an epoch after a fault.
+SHUFFLED = dict(batch_size=4, shuffle=True, size=32, num_workers=2, device="cpu", train=True, seed=5,
+                engine="processes")
+
+
+def batches(loader) -> list:
+    """One epoch of ``loader``, each batch copied out of the ring."""
+    return [(x.clone(), y.clone()) for x, y in loader]
+
+
+def same_batches(got: list, expected: list) -> bool:
+    import torch
+    return len(got) == len(expected) and all(torch.equal(a, c) and torch.equal(b, d)
+                                             for (a, b), (c, d) in zip(got, expected))
+
+
 def slow(image, rng):   # holds its record long enough to be killed on it
     time.sleep(2)
     return image
@@ -134,10 +150,8 @@ def test_interrupts_anywhere_in_the_loop_leave_a_loader_that_still_works(packed_
     nor loses its place, and the next epoch is the same as an uninterrupted one."""
     import random
 
-    import torch
-    options = dict(batch_size=4, shuffle=True, size=32, num_workers=2, device="cpu", train=True, seed=5)
-    with FeedLoader(str(packed_lmdb), engine="processes", **options) as loader:
-        expected = [(x.clone(), y.clone()) for x, y in loader]
+    with FeedLoader(str(packed_lmdb), **SHUFFLED) as loader:
+        expected = batches(loader)
 
         def epochs_until_interrupted():
             try:
@@ -173,9 +187,9 @@ def test_interrupts_anywhere_in_the_loop_leave_a_loader_that_still_works(packed_
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
         loader.set_epoch(0)
-        got = [(x.clone(), y.clone()) for x, y in loader]
+        got = batches(loader)
     assert len(got) == len(expected) == 12
-    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, expected))
+    assert same_batches(got, expected)
 
 
 @pytest.mark.parametrize("cut", ["give_arena", "drop_arena"])
@@ -183,12 +197,9 @@ def test_a_ctrl_c_while_a_held_batchs_slot_is_made_anew_leaves_the_next_epoch_wh
     """A batch the consumer keeps has its Slot made anew in a new arena; a Ctrl-C right after
     the workers were given the new arena (or forgot the old one), before the Slot took its
     place, must leave the ring's Slots and the arenas the workers write into the same."""
-    import torch
-
     from feedline.sources.workers import Workers
-    options = dict(batch_size=4, shuffle=True, size=32, num_workers=2, device="cpu", train=True, seed=5)
-    with FeedLoader(str(packed_lmdb), engine="processes", **options) as loader:
-        expected = [(x.clone(), y.clone()) for x, y in loader]
+    with FeedLoader(str(packed_lmdb), **SHUFFLED) as loader:
+        expected = batches(loader)
         original = getattr(Workers, cut)
 
         def then_interrupt(self, *args):
@@ -203,21 +214,18 @@ def test_a_ctrl_c_while_a_held_batchs_slot_is_made_anew_leaves_the_next_epoch_wh
                 kept.append(x)
         del kept, x
         loader.set_epoch(0)
-        got = [(x.clone(), y.clone()) for x, y in loader]
-        assert set(loader.source.workers._arenas) == {s.arena for s in loader.source.memory.ring.made()}
+        got = batches(loader)
+        assert loader.source.workers.arena_numbers() == {s.arena for s in loader.source.memory.ring.made()}
     assert len(got) == len(expected) == 12
-    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, expected))
+    assert same_batches(got, expected)
 
 
 def test_a_ctrl_c_before_the_workers_keeper_started_leaves_nothing_to_wait_for(packed_lmdb, monkeypatch):
     """Workers started anew (after a run cut short) are started from a keeper thread; a Ctrl-C
     between the keeper's making and its start() must not leave the next start waiting for it."""
-    import torch
-
     from feedline.sources.process_workers import _Keeper
-    options = dict(batch_size=4, shuffle=True, size=32, num_workers=2, device="cpu", train=True, seed=5)
-    with FeedLoader(str(packed_lmdb), engine="processes", **options) as loader:
-        expected = [(x.clone(), y.clone()) for x, y in loader]
+    with FeedLoader(str(packed_lmdb), **SHUFFLED) as loader:
+        expected = batches(loader)
         loader.source.workers.end_run(whole=False)   # as after a run cut short: the next run starts new ones
         original = _Keeper.start
 
@@ -230,17 +238,15 @@ def test_a_ctrl_c_before_the_workers_keeper_started_leaves_nothing_to_wait_for(p
         with pytest.raises(KeyboardInterrupt):
             next(iter(loader))
         loader.set_epoch(0)
-        got = [(x.clone(), y.clone()) for x, y in loader]
+        got = batches(loader)
         assert len(loader.source.workers.procs) == 2
-    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, expected, strict=True))
+    assert same_batches(got, expected)
 
 
 def test_a_ctrl_c_inside_a_workers_close_is_finished_by_the_next_stop(packed_lmdb, monkeypatch):
     """Process.close() forgets the process (no pid) before it marks itself closed; a Ctrl-C
     between the two leaves a process that can neither be joined nor closed again."""
     import multiprocessing.process
-
-    import torch
 
     children = multiprocessing.process._children
 
@@ -251,15 +257,14 @@ def test_a_ctrl_c_inside_a_workers_close_is_finished_by_the_next_stop(packed_lmd
                 monkeypatch.setattr(multiprocessing.process, "_children", children)
                 raise KeyboardInterrupt
 
-    options = dict(batch_size=4, shuffle=True, size=32, num_workers=2, device="cpu", train=True, seed=5)
-    with FeedLoader(str(packed_lmdb), engine="processes", **options) as loader:
-        expected = [(x.clone(), y.clone()) for x, y in loader]
+    with FeedLoader(str(packed_lmdb), **SHUFFLED) as loader:
+        expected = batches(loader)
         monkeypatch.setattr(multiprocessing.process, "_children", CutOnce(children))
         with pytest.raises(KeyboardInterrupt):
             loader.source.workers.end_run(whole=False)   # a run cut short: its workers are stopped
         loader.set_epoch(0)
-        got = [(x.clone(), y.clone()) for x, y in loader]
-    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, expected, strict=True))
+        got = batches(loader)
+    assert same_batches(got, expected)
 
 
 def test_close_joins_every_worker(packed_lmdb):
@@ -297,17 +302,15 @@ def test_abandoned_iterators_leave_nothing_behind(packed_lmdb):
 def test_spawned_workers_make_the_same_batches(packed_lmdb, monkeypatch):
     """A process that initialized CUDA spawns its workers: they open the store and build the
     decoder by name where those do not pickle."""
-    import torch
-
     from feedline.sources import process_workers
     monkeypatch.setattr(process_workers, "start_method", lambda: "spawn")
     options = dict(batch_size=8, shuffle=True, size=32, num_workers=2, device="cpu", train=True, seed=2)
     with FeedLoader(str(packed_lmdb), engine="threads", **options) as threads:
-        expected = [(x.clone(), y.clone()) for x, y in threads]
+        expected = batches(threads)
     with FeedLoader(str(packed_lmdb), engine="processes", **options) as spawned:
-        got = [(x.clone(), y.clone()) for x, y in spawned]
+        got = batches(spawned)
     assert len(got) == len(expected) == 6
-    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(got, expected))
+    assert same_batches(got, expected)
 
 
 BUSY = textwrap.dedent('''
