@@ -58,10 +58,13 @@ def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> 
     if c.engine is Engine.DALI and masks is not None:
         raise ValueError(f"{store.filename} has masks, which the DALI pipeline does not make: pass "
                          "engine='processes' (the CPU workers) or engine='gpu' (nvImageCodec)")
+    on_cpu = c.engine in (Engine.PROCESSES, Engine.THREADS)   # the engines whose ring of Slots is on the host
+    ring = RingSpec(c.prefetch, c.batch_size, output, pin=on_cpu and (output.on_cuda or c.pin_memory),
+                    masks=masks is not None)
+    ring.check_fits(c.largest_size(), host_ring=on_cpu)   # before anything is allocated
     if c.engine is Engine.DALI:
         from .dali import DaliBatches
         from .dali_graph import PipelineSpec
-        RingSpec(c.prefetch, c.batch_size, output, pin=False).check_fits(c.largest_size(), host_ring=False)
         # DALI normalizes in its pipeline, unless transforms follow it: then it gives pixels
         finisher = HostFinisher(output, t, targets, Filled(normalized=t is None, samples_applied=False))
         pipeline = PipelineSpec(c.batch_size, c.num_workers, c.prefetch, output, c.augment.size, c.region_decode)
@@ -70,8 +73,6 @@ def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> 
         from .cuda_finisher import CudaFinisher
         from .gpu_decode import GpuDecodeBatches
         from .gpu_region import crop_streams
-        RingSpec(c.prefetch, c.batch_size, output, pin=False, masks=masks is not None).check_fits(c.largest_size(),
-                                                                                               host_ring=False)
         finisher = CudaFinisher(output, t, targets, Filled(normalized=False, samples_applied=False))
         return GpuDecodeBatches(store, c.num_workers, c.prefetch, targets, bad, finisher,
                                 crop_streams(store, output, c.region_decode), masks)
@@ -86,8 +87,6 @@ def make_source(store, config: LoaderConfig, decoder: Decoder | None = None) -> 
     else:
         from .thread_workers import ThreadWorkers
         workers = ThreadWorkers(sample, c.num_workers)
-    ring = RingSpec(c.prefetch, c.batch_size, output, pin=output.on_cuda or c.pin_memory, masks=masks is not None)
-    ring.check_fits(c.largest_size(), host_ring=True)
     memory = ArenaRing(ring, c.augment.size, workers, targets)
     if output.on_cuda:
         from .cuda_finisher import CudaFinisher
